@@ -1,0 +1,86 @@
+/**
+ * @file config.h
+ * @brief dedupd configuration: one option table, loaded once, then frozen.
+ *
+ * Load order: defaults (only in the table in config.c), then one JSON file of
+ * nested objects whose dotted paths are the option names
+ * (`{"fetch": {"timeout_ms": 10000}}` is `fetch.timeout_ms`), then the environment:
+ * `DEDUPD_` + the path upper-cased with `.` as `__` (DEDUPD_FETCH__TIMEOUT_MS).
+ * `kafka.*` keys pass through to librdkafka (rd_kafka_conf_set) unchanged.
+ * Unknown keys, wrong types and out-of-range values stop start-up with
+ * "FILE: KEY: message" (the value is never echoed for secret options).
+ */
+#ifndef DEDUPD_CONFIG_H
+#define DEDUPD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "err.h"
+
+/** A list of strings (owned by the cfg). */
+struct cfg_strlist {
+    char **v;
+    size_t n;
+};
+
+/** The frozen configuration.  Every field is documented in the option table. */
+struct cfg {
+    char *instance_id;
+    char *bootstrap_servers;
+    char *sasl_username;
+    char *sasl_password;
+    char *group_id;
+    char *topic_jobs, *topic_results, *topic_conflicts, *topic_dlq;
+    char *store_path;
+    int64_t store_ops_ttl_ms, store_failed_ttl_ms, store_lease_ms;
+    int64_t store_block_cache_bytes;
+    bool store_sync;
+    int64_t fetch_timeout_ms, fetch_connect_timeout_ms;
+    int64_t fetch_max_inflight, fetch_max_attempts;
+    int64_t fetch_backoff_base_ms, fetch_backoff_max_ms;
+    int64_t fetch_cooldown_default_ms, fetch_retry_after_max_ms;
+    int64_t fetch_max_body_bytes, fetch_max_redirects;
+    int64_t fetch_deadline_ms, fetch_max_rotations;
+    struct cfg_strlist fetch_allow_targets;
+    struct cfg_strlist fetch_blocked_statuses;
+    char *fetch_user_agent;
+    struct cfg_strlist proxy_exits;
+    struct cfg_strlist identity_variance_headers;
+    struct cfg_strlist identity_credential_headers;
+    int64_t limits_max_job_bytes, limits_max_result_bytes;
+    char *log_level;
+    char *log_debug;
+    char *tail_store_path;
+    char *tail_group_id;
+    int64_t tail_ttl_ms;
+    int64_t shutdown_grace_ms;
+    /** kafka.* pass-through pairs (name without "kafka.", value). */
+    struct cfg_strlist kafka_names, kafka_values;
+};
+
+/**
+ * @brief Load the configuration: defaults, then \p path (may be NULL), then the
+ *        environment \p envp (NULL-terminated "K=V" array; NULL = none).
+ * @param out  Out: the frozen config; free with cfg_destroy().
+ * @param errstr  "FILE: KEY: why" on failure.
+ * @returns DD_OK; DD_ERR_INVAL (bad key, type or value); DD_ERR_IO (file).
+ */
+dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
+                  char *errstr, size_t errstr_size) DD_WUR;
+
+/** @brief Free; cfg_destroy(NULL) is a no-op. */
+void cfg_destroy(struct cfg *cfg);
+
+/**
+ * @brief Write the effective configuration as JSON to \p fp, secrets redacted
+ *        as "[redacted]" (also kafka.* names containing "password" or "secret").
+ */
+void cfg_dump(const struct cfg *cfg, FILE *fp);
+
+/** @brief Write the option table as Markdown (docs/CONFIG.md) to \p fp. */
+void cfg_doc_markdown(FILE *fp);
+
+#endif

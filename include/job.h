@@ -1,0 +1,137 @@
+/**
+ * @file job.h
+ * @brief Scrape job: payload bytes -> validated job with its identity.
+ *
+ * job_parse() validates a job (DESIGN.md section 3) and derives its identity
+ * (section 2): the canonical request (JSON, sorted keys, "v":1), op_id,
+ * request_hash and event_key.  JSON (jansson) stays inside this module and
+ * result encoding.  A job that is not valid data is DD_ERR_PERMANENT with a
+ * one-sentence reason in errstr; the pipeline sends it to the DLQ with that reason.
+ *
+ * The struct is a read-only record: fields are owned by the job and valid until
+ * job_destroy().
+ *
+ * Validation decisions where DESIGN.md is silent (reasons name the field, e.g.
+ * "field 'url': scheme 'ftp' is not http or https"):
+ * - unknown fields are refused, at the top level and in steps, with a hint for
+ *   a near miss ("unknown field 'job_kee' (did you mean 'job_key'?)");
+ * - a field set to JSON null counts as absent;
+ * - a workflow job carries its requests in "steps" only: url, method, headers,
+ *   body or body_base64 next to "steps" are refused;
+ * - header names are HTTP tokens, unique case-insensitively; values have no
+ *   control character but HTAB; Content-Length and Transfer-Encoding are
+ *   refused (libcurl frames the body); CONNECT is refused as a method;
+ * - body_base64 is strict RFC 4648 (standard alphabet, '=' padding, no
+ *   whitespace, zero pad bits);
+ * - scheduled_for is RFC 3339 with at most 9 fractional digits and no leap
+ *   second; "-00:00" is read as UTC;
+ * - safe: GET/HEAD (every step, for a workflow) unless "safe" is given, which
+ *   wins either way.
+ *
+ * Canonical request (sorted keys, compact): {"body_sha256", "country",
+ * "credentials", "headers", "method", "parser_version", "scheduled_for",
+ * "steps", "url", "v":1}; every key is always present (null when unset).  For
+ * a workflow, method/url/headers/credentials/body_sha256 are null and "steps"
+ * holds one {"body_sha256","credentials","headers","method","url"} per step;
+ * otherwise "steps" is null.  Variance header values and credential digests
+ * use the value trimmed of SP/HTAB.  job_key and scope are not in it (they
+ * make op_id); neither are rotation, deadline_s, safe, replayable, meta.
+ *
+ * Call key_global_init() once before job_parse() (IDN hosts need it).
+ */
+#ifndef DEDUPD_JOB_H
+#define DEDUPD_JOB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define JOB_HEX_LEN 64          /**< hex SHA-256 length, without NUL */
+#define JOB_OP_ID_MAX (64 + 1 + 256) /**< scope ":" job_key, without NUL */
+
+/** One request header as submitted (name case kept for the wire). */
+struct job_header {
+    char *name;   /**< NUL-terminated, no CR/LF/NUL/':' */
+    char *value;  /**< NUL-terminated, no CR/LF/NUL */
+};
+
+/** One HTTP request: the job itself, or one step of a workflow. */
+struct job_request {
+    char *url;                   /**< as submitted (parsed and validated) */
+    char *normalized_url;        /**< identity form (key_url_normalize) */
+    char *method;                /**< upper-cased, e.g. "GET" */
+    struct job_header *headers;  /**< array of n_headers */
+    size_t n_headers;
+    unsigned char *body;         /**< decoded body bytes; NULL when absent,
+                                      non-NULL when given (even empty); a NUL
+                                      byte follows the body_len bytes */
+    size_t body_len;             /**< 0 when absent or empty */
+};
+
+/** A validated job. */
+struct job {
+    struct job_request req;      /**< the request; with steps, a shallow copy
+                                      of steps[0] whose pointers are borrowed
+                                      from it (freed once, through steps) */
+    struct job_request *steps;   /**< workflow steps (1..32), NULL when none */
+    size_t n_steps;
+    char *job_key;               /**< NULL when absent */
+    char *scope;                 /**< "default" unless given */
+    char *country;               /**< upper-cased ISO 3166-1 alpha-2 or NULL */
+    int64_t parser_version;      /**< default 0 */
+    char *scheduled_for;         /**< normalized RFC 3339 UTC or NULL */
+    char *rotation;              /**< sticky/timed/per_request or NULL */
+    int64_t deadline_s;          /**< 0 = policy default */
+    bool safe;                   /**< method is safe (GET/HEAD or "safe":true) */
+    bool replayable;             /**< "replayable": true */
+    char *meta_json;             /**< compact JSON of "meta" (member order
+                                      kept) or NULL */
+    char *canonical;             /**< canonical request JSON (identity input) */
+    char op_id[JOB_OP_ID_MAX + 1];
+    char request_hash[JOB_HEX_LEN + 1];
+    char event_key[JOB_HEX_LEN + 1];
+};
+
+/** Identity and validation settings (borrowed; must outlive the call). */
+struct job_conf {
+    const char *const *variance_headers;  /**< lower-case names; NULL = default
+                                               {"accept","accept-language"} */
+    size_t n_variance_headers;
+    const char *const *credential_headers; /**< extra credential header names
+                                                (lower-case) beyond the built-in
+                                                authorization, cookie,
+                                                proxy-authorization, x-api-key */
+    size_t n_credential_headers;
+    size_t max_job_bytes;                 /**< 0 = 1 MiB */
+};
+
+/**
+ * @brief Parse, validate and derive the identity of one job.
+ * @param conf     Settings (borrowed).
+ * @param payload  Job JSON bytes, not NUL-terminated (borrowed).
+ * @param len      Length in bytes.
+ * @param out      Out: the job, to free with job_destroy().
+ * @param errstr   Optional: the reason, one sentence, when invalid.
+ * @returns DD_OK; DD_ERR_PERMANENT (not a valid job: DLQ with errstr);
+ *          DD_ERR_NOMEM.
+ */
+dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
+                   struct job **out, char *errstr, size_t errstr_size) DD_WUR;
+
+/** @brief Free a job; job_destroy(NULL) is a no-op. */
+void job_destroy(struct job *job);
+
+/**
+ * @brief Look up a header of \p req case-insensitively.
+ * @returns the value (borrowed, valid while the job lives) or NULL.
+ */
+const char *job_header_get(const struct job_request *req, const char *name);
+
+/**
+ * @brief true if \p name (any case) is a credential header for \p conf.
+ */
+bool job_is_credential_header(const struct job_conf *conf, const char *name);
+
+#endif

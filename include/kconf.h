@@ -1,0 +1,30 @@
+/**
+ * @file kconf.h
+ * @brief librdkafka configuration shared by the producer and the consumers.
+ *
+ * Applies broker.bootstrap_servers, the SASL options, then every kafka.* option
+ * (passed to rd_kafka_conf_set unchanged, kcat-style), then the caller's fixed
+ * settings, routes librdkafka's logs through log.h (rd_kafka_set_log_queue is
+ * not needed: the log callback formats one JSON line).
+ */
+#ifndef DEDUPD_KCONF_H
+#define DEDUPD_KCONF_H
+
+#include <librdkafka/rdkafka.h>
+
+#include "err.h"
+
+struct cfg;
+
+/**
+ * @brief Build a rd_kafka_conf_t from \p cfg plus \p fixed name/value pairs
+ *        (NULL-terminated array "name","value",...,NULL), which override
+ *        kafka.* (they carry dedupd's guarantees, e.g. enable.idempotence).
+ * @param out  Out: conf, owned by the caller (rd_kafka_new takes it on success).
+ * @returns DD_OK; DD_ERR_INVAL ("config: kafka.NAME: librdkafka's reason").
+ */
+dd_err_t kconf_new(const struct cfg *cfg, const char *const *fixed,
+                   rd_kafka_conf_t **out, char *errstr,
+                   size_t errstr_size) DD_WUR;
+
+#endif

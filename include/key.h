@@ -1,0 +1,63 @@
+/**
+ * @file key.h
+ * @brief Identity primitives: URL normalization and hashes.  Pure functions.
+ *
+ * URL normalization (DESIGN.md section 2) parses with libcurl's URL API (CURLU)
+ * and applies, in the order of RFC 3986 section 6.2.2: case (lower-case scheme and
+ * host, upper-case percent-encoding hex), percent-encoding (decode only unreserved
+ * characters, RFC 3986 section 2.3; never %25 %23 %2F %3B %26 %3D), dot segments
+ * (RFC 3986 section 5.2.4); then IDN to punycode, default port dropped (80 for
+ * http, 443 for https; any other port kept, an empty port dropped), fragment
+ * dropped, query parameters stable-sorted by name only, an empty query dropped.
+ * normalize(normalize(u)) == normalize(u).  The normalized form is for identity
+ * only; requests go out to the URL as submitted.
+ *
+ * Beyond DESIGN.md: bytes that may not appear raw in a URI (non-ASCII, space,
+ * controls, " < > \ ^ ` { | } [ ]) are percent-encoded in path and query, so
+ * "/café" and "/caf%C3%A9" are one key; a '%' that starts no valid escape is
+ * a literal percent sign and becomes %25 (needed for idempotence); '+' stays
+ * '+'.  Refused: a scheme other than http/https, no "//" + host after the
+ * scheme (curl would read "http:/x" and "http:///x" as host "x"), userinfo,
+ * an IPv6 zone id, port 0 and whatever CURLU refuses.
+ */
+#ifndef DEDUPD_KEY_H
+#define DEDUPD_KEY_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+#define KEY_HEX_LEN 64  /**< hex SHA-256 length without NUL */
+
+/**
+ * @brief Normalize \p url for identity.
+ * @param url  NUL-terminated absolute http or https URL (borrowed).
+ * @param out  Out: normalized URL, NUL-terminated, free() it.
+ * @param errstr Optional: why the URL was refused.
+ * @returns DD_OK; DD_ERR_PERMANENT (not a valid absolute http(s) URL, userinfo
+ *          present, bad host); DD_ERR_NOMEM.
+ * @locality any thread (call key_global_init() once first).
+ */
+dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
+                           size_t errstr_size) DD_WUR;
+
+/**
+ * @brief One-time process set-up for IDN (setlocale(LC_CTYPE, "C.UTF-8"), which
+ *        CURLU_PUNYCODE needs).  Call from main before threads start.
+ */
+void key_global_init(void);
+
+/**
+ * @brief Lowercase hex SHA-256 (OpenSSL EVP_Digest) of \p len bytes at \p data.
+ * @param out  Out: 64 hex chars + NUL.
+ */
+void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1]);
+
+/**
+ * @brief event_key = hex SHA-256 of "result:v1:" + op_id + "\n" + request_hash.
+ * @param op_id, request_hash NUL-terminated.
+ */
+void key_event_key(const char *op_id, const char *request_hash,
+                   char out[KEY_HEX_LEN + 1]);
+
+#endif

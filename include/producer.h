@@ -1,0 +1,73 @@
+/**
+ * @file producer.h
+ * @brief The Kafka producer of results, conflicts and dead letters.
+ *
+ * Idempotent (enable.idempotence=true, acks=all), zstd compression, and the
+ * murmur2_random partitioner (the Java client's), so a key lands on the partition
+ * where a Java producer would put it.  Every message has a non-empty key.
+ * Delivery reports are served by producer_poll() on the calling thread, which
+ * calls the \p dr callback once per message with its opaque.
+ */
+#ifndef DEDUPD_PRODUCER_H
+#define DEDUPD_PRODUCER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct producer;
+struct cfg;
+
+/** A Kafka header (borrowed). */
+struct producer_header {
+    const char *name;
+    const char *value;   /**< NUL-terminated */
+};
+
+/**
+ * @brief Delivery report.  \p err is DD_OK when the broker acknowledged the
+ *        message (\p partition and \p offset set), else DD_ERR_TRANSIENT with
+ *        \p errtext (librdkafka's text).
+ * @locality the thread calling producer_poll()/producer_flush().
+ */
+typedef void(producer_dr_cb)(void *opaque, dd_err_t err, const char *errtext,
+                             int32_t partition, int64_t offset);
+
+/**
+ * @brief Create the producer.
+ * @param out  Out: producer; producer_destroy().
+ * @returns DD_OK; DD_ERR_INVAL (config: errstr names the key); DD_ERR_FATAL.
+ */
+dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
+                      struct producer **out, char *errstr,
+                      size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Produce one message (copied).  The partition comes from the key.
+ * @param key  Non-empty key bytes.
+ * @param opaque  Passed to the delivery report.
+ * @returns DD_OK (a report will follow); DD_ERR_TRANSIENT (queue full: poll and
+ *          retry); DD_ERR_INVAL (unknown topic, too large: errstr).
+ */
+dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
+                       size_t key_len, const void *value, size_t value_len,
+                       const struct producer_header *hdrs, size_t n_hdrs,
+                       void *opaque, char *errstr, size_t errstr_size) DD_WUR;
+
+/** @brief Serve delivery reports, waiting up to \p timeout_ms. */
+void producer_poll(struct producer *p, int timeout_ms);
+
+/** @returns messages not yet acknowledged (rd_kafka_outq_len). */
+int producer_outq_len(struct producer *p);
+
+/**
+ * @brief Wait until every message is acknowledged or \p timeout_ms passes.
+ * @returns DD_OK; DD_ERR_TIMEOUT.
+ */
+dd_err_t producer_flush(struct producer *p, int timeout_ms) DD_WUR;
+
+/** @brief Destroy (after a flush by the caller); NULL is a no-op. */
+void producer_destroy(struct producer *p);
+
+#endif

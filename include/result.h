@@ -1,0 +1,48 @@
+/**
+ * @file result.h
+ * @brief Encoding of the events dedupd publishes (DESIGN.md section 3): results,
+ *        conflict records, and the submit receipt line.  JSON via jansson.
+ *
+ * A result carries event_key, op_id, job_key, url, final_url, status, selected
+ * response headers (content-type, etag, last-modified), body (UTF-8 text) or
+ * body_base64, body_sha256, bytes, fetched_at (RFC 3339 UTC), attempts,
+ * rotations, outcome (fetched | failed | shadow), category when failed, session
+ * (exit name, never credentials), generation and the job's meta.
+ */
+#ifndef DEDUPD_RESULT_H
+#define DEDUPD_RESULT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+struct job;
+struct fetch_result;
+
+/**
+ * @brief Encode the result event of \p job from \p r (r may be NULL only for
+ *        outcome "shadow").
+ * @param max_bytes  limits.max_result_bytes: above it the event is re-encoded
+ *                   without body as outcome failed, category too_large.
+ * @param out        Out: compact JSON, free() it.
+ * @param outcome    Out: static text of the outcome ("fetched", "failed", ...).
+ * @returns DD_OK; DD_ERR_NOMEM.
+ */
+dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
+                       uint64_t generation, size_t max_bytes, char **out,
+                       size_t *out_len, const char **outcome) DD_WUR;
+
+/**
+ * @brief Encode a conflict record.
+ * @param out  Out: compact JSON, free() it.
+ */
+dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
+                                const char *first_source, const char *new_hash,
+                                const char *new_source, char **out,
+                                size_t *out_len) DD_WUR;
+
+/** @brief Format \p ms since the epoch as RFC 3339 UTC with ms ("...Z"). */
+void result_time_format(int64_t ms, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,260 @@
+/**
+ * @file store.h
+ * @brief The op lifecycle store: the only RocksDB user.
+ *
+ * Column families (DESIGN.md section 4): "ops" (op_id -> op record), "outbox"
+ * (sequence -> pending event), "conflicts" (op_id + request_hash -> first report),
+ * "seen" (generic put-if-absent keys, used by `dedupd tail`), "meta" (schema
+ * version).  Later: attempts, validators, bodies, receipts.
+ *
+ * Every expiring value (ops, conflicts, seen) starts with the same 16-byte header:
+ *   byte 0      layout version (STORE_LAYOUT_V1)
+ *   byte 1      record type
+ *   bytes 2..7  reserved (0)
+ *   bytes 8..15 expires_at, int64 ms since the Unix epoch, little-endian
+ * so one compaction filter drops expired records by reading 8 bytes at a fixed
+ * offset.  Reads treat an expired record as absent, so behaviour never depends on
+ * when compaction runs (RocksDB 7.8 runs the filter on compaction only, not on
+ * flush).  A record is expired when expires_at < now: it is still live at
+ * exactly expires_at (case C-28), for reads and the filter alike.  outbox and
+ * meta never expire.
+ *
+ * Atomicity: store_claim() is put-if-absent under a striped mutex keyed by op_id,
+ * so two claims on one op_id never both win, from any number of threads of one
+ * process (one RocksDB per instance, opened by one process).  Multi-record changes
+ * (result + op state + outbox entry) are one WriteBatch.
+ *
+ * State machine (every transition conditional on state and generation):
+ *   (absent) -claim-> running -complete-> complete | failed
+ *   running with an expired lease, or a lease of a previous run of this instance,
+ *   -claim-> running with generation + 1 (RECLAIMED).
+ *
+ * @locality every function is safe from any thread.
+ */
+#ifndef DEDUPD_STORE_H
+#define DEDUPD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define STORE_LAYOUT_V1 1
+#define STORE_KEY_MAX 512          /**< max op_id / key length, bytes */
+#define STORE_HASH_LEN 64          /**< hex SHA-256 length */
+#define STORE_OWNER_MAX 127        /**< max lease owner length */
+#define STORE_SOURCE_MAX 255       /**< max "topic/partition/offset" length */
+#define STORE_CATEGORY_MAX 31      /**< max failure category length */
+
+struct store;
+
+/** Store settings (copied by store_open). */
+struct store_conf {
+    const char *path;          /**< RocksDB directory, created if missing */
+    const char *instance;      /**< instance name; lease owners are
+                                    "<instance>#<run_id>" */
+    const char *run_id;        /**< this process's run id (fresh every start) */
+    int64_t ops_ttl_ms;        /**< TTL of complete ops; 0 = 72 h */
+    int64_t failed_ttl_ms;     /**< TTL of failed ops; 0 = 1 h */
+    int64_t lease_ms;          /**< lease duration; 0 = 60 s */
+    size_t block_cache_bytes;  /**< 0 = 64 MiB */
+    bool sync;                 /**< fsync the WAL on every write batch */
+};
+
+enum store_op_state {
+    STORE_OP_RUNNING = 1,
+    STORE_OP_RETRYABLE = 2,
+    STORE_OP_COMPLETE = 3,
+    STORE_OP_FAILED = 4,
+};
+
+enum store_outbox_state {
+    STORE_OUTBOX_NONE = 0,     /**< no result yet */
+    STORE_OUTBOX_PENDING = 1,  /**< result written, not acknowledged by Kafka */
+    STORE_OUTBOX_SENT = 2,     /**< broker acknowledged the result */
+};
+
+enum store_claim_result {
+    STORE_CLAIM_NEW = 1,        /**< absent (or expired): now running, gen 1 */
+    STORE_CLAIM_DUPLICATE = 2,  /**< same request_hash; see op.state */
+    STORE_CLAIM_CONFLICT = 3,   /**< same op_id, another request_hash */
+    STORE_CLAIM_RECLAIMED = 4,  /**< lease void or expired: running, gen + 1 */
+};
+
+/** A decoded op record (plain copy; owns nothing). */
+struct store_op {
+    enum store_op_state state;
+    enum store_outbox_state outbox_state;
+    uint64_t generation;
+    int64_t lease_expires_at_ms;
+    int64_t created_at_ms;
+    int64_t updated_at_ms;
+    int64_t expires_at_ms;
+    uint32_t attempts;
+    uint64_t outbox_seq;                       /**< valid when PENDING */
+    char request_hash[STORE_HASH_LEN + 1];
+    char event_key[STORE_HASH_LEN + 1];
+    char lease_owner[STORE_OWNER_MAX + 1];
+    char source[STORE_SOURCE_MAX + 1];         /**< first source */
+    char category[STORE_CATEGORY_MAX + 1];     /**< failure category or "" */
+};
+
+/**
+ * @brief Open (creating if needed) the store at conf->path.
+ * @param out  Out: the store; close with store_close().
+ * @returns DD_OK; DD_ERR_IO (rocksdb_open failed: errstr names the call, the
+ *          path and RocksDB's message); DD_ERR_FATAL (store written by a newer
+ *          layout version, or corrupt meta); DD_ERR_INVAL (path, instance or
+ *          run_id missing, '#' in instance, owner longer than STORE_OWNER_MAX,
+ *          negative TTL); DD_ERR_NOMEM.
+ */
+dd_err_t store_open(const struct store_conf *conf, struct store **out,
+                    char *errstr, size_t errstr_size) DD_WUR;
+
+/** @brief Close; store_close(NULL) is a no-op. */
+void store_close(struct store *store);
+
+/** @returns this run's lease owner string "<instance>#<run_id>" (borrowed). */
+const char *store_owner(const struct store *store);
+
+/**
+ * @brief Claim \p op_id: put-if-absent of a running op leased to this run.
+ * @param op_id         NUL-terminated, 1..STORE_KEY_MAX bytes.
+ * @param request_hash  64 hex chars, NUL-terminated.
+ * @param event_key     64 hex chars, NUL-terminated (kept in the record).
+ * @param source        "topic/partition/offset" of the message (kept as the first
+ *                      source on NEW), NUL-terminated.
+ * @param now_ms        Current time, ms since the epoch.
+ * @param result        Out: NEW, DUPLICATE, CONFLICT or RECLAIMED.
+ * @param op            Out: the record after the claim (for DUPLICATE/CONFLICT,
+ *                      the existing one).
+ * @returns DD_OK; DD_ERR_INVAL (bad op_id length, request_hash or event_key
+ *          longer than STORE_HASH_LEN, empty request_hash); DD_ERR_IO
+ *          (retriable); DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_claim(struct store *store, const char *op_id,
+                     const char *request_hash, const char *event_key,
+                     const char *source, int64_t now_ms,
+                     enum store_claim_result *result, struct store_op *op,
+                     char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read an op.  An expired record is reported as absent.
+ * @param found Out: false when absent or expired (op untouched).
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_FATAL (record of an unknown layout).
+ */
+dd_err_t store_op_get(struct store *store, const char *op_id, int64_t now_ms,
+                      struct store_op *op, bool *found, char *errstr,
+                      size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Extend the lease of a running op held by this run at \p generation
+ *        (to now + lease; expires_at is raised to the lease end if below it).
+ * @returns DD_OK; DD_ERR_STATE (not running, other owner or stale generation);
+ *          DD_ERR_IO; DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_lease_renew(struct store *store, const char *op_id,
+                           uint64_t generation, int64_t now_ms, char *errstr,
+                           size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Finish a running op: op state (COMPLETE or FAILED, with \p category),
+ *        attempts and a new outbox entry holding \p value, in one WriteBatch.
+ *
+ * Fencing: fails with DD_ERR_STATE unless the op is running, leased by this run,
+ * at \p generation.  expires_at = now + TTL of the final state.
+ * @param state     STORE_OP_COMPLETE or STORE_OP_FAILED.
+ * @param category  Failure category ("" or NULL when complete).
+ * @param attempts  Number of fetch attempts made.
+ * @param value     Result event bytes to publish (copied into the outbox).
+ * @param seq       Out: the outbox sequence number.
+ * @returns DD_OK; DD_ERR_STATE (errstr says which condition failed);
+ *          DD_ERR_INVAL (state not final, category too long); DD_ERR_IO;
+ *          DD_ERR_NOMEM; DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_complete(struct store *store, const char *op_id,
+                        uint64_t generation, enum store_op_state state,
+                        const char *category, uint32_t attempts,
+                        const void *value, size_t value_len, int64_t now_ms,
+                        uint64_t *seq, char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief The broker acknowledged outbox entry \p seq of \p op_id: delete the entry
+ *        and mark the op's outbox state SENT, in one WriteBatch.  Idempotent.
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_INVAL (entry \p seq belongs to another
+ *          op); DD_ERR_FATAL (corrupt entry or op record).
+ */
+dd_err_t store_outbox_ack(struct store *store, uint64_t seq, const char *op_id,
+                          char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Callback of store_outbox_foreach.  \p op_id and \p value are borrowed for
+ *        the call only.  Return non-zero to stop.
+ */
+typedef int (store_outbox_cb)(void *opaque, uint64_t seq, const char *op_id,
+                              const char *event_key, uint64_t generation,
+                              const void *value, size_t value_len);
+
+/**
+ * @brief Visit every pending outbox entry in sequence order (start-up replay).
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_NOMEM; DD_ERR_FATAL (corrupt entry).
+ */
+dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
+                              void *opaque, char *errstr,
+                              size_t errstr_size) DD_WUR;
+
+/** @returns the number of pending outbox entries (approximate is fine). */
+uint64_t store_outbox_pending(struct store *store);
+
+/**
+ * @brief Record that the conflict (\p op_id, \p request_hash) was reported.
+ * @param first Out: true the first time this pair is seen (report it then).
+ * @returns DD_OK; DD_ERR_INVAL (bad op_id or request_hash length); DD_ERR_IO;
+ *          DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_conflict_mark(struct store *store, const char *op_id,
+                             const char *request_hash, int64_t now_ms,
+                             bool *first, char *errstr,
+                             size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Generic put-if-absent of \p key with a TTL (CF "seen").
+ * @param key      Bytes, 1..STORE_KEY_MAX (borrowed).
+ * @param ttl_ms   Time to live from now_ms.
+ * @param seen     Out: true if the key was already present and unexpired.
+ * @returns DD_OK; DD_ERR_INVAL (bad key_len, negative ttl_ms); DD_ERR_IO;
+ *          DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_mark_seen(struct store *store, const void *key, size_t key_len,
+                         int64_t ttl_ms, int64_t now_ms, bool *seen,
+                         char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Drop an op so that its next job is fetched again (`dedupd forget`).
+ * @param found Out: whether a live record existed (live at the filter clock of
+ *              store_set_filter_clock() when set, else at the wall clock).
+ * @returns DD_OK; DD_ERR_INVAL (bad op_id length); DD_ERR_IO; DD_ERR_FATAL.
+ */
+dd_err_t store_forget(struct store *store, const char *op_id, bool *found,
+                      char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Compact every column family over its whole range, which runs the TTL
+ *        compaction filter (tests, maintenance).
+ */
+void store_compact(struct store *store);
+
+/**
+ * @brief Set the clock the compaction filter compares expires_at to (tests);
+ *        0 restores the wall clock.
+ */
+void store_set_filter_clock(struct store *store, int64_t now_ms);
+
+/** @returns a static text for a claim result ("new", "duplicate", ...). */
+const char *store_claim_result2str(enum store_claim_result r);
+
+/** @returns a static text for an op state ("running", "complete", ...). */
+const char *store_op_state2str(enum store_op_state s);
+
+#endif

@@ -1,0 +1,558 @@
+/* The option table and its loader.  Defaults live only in cfg_options[]. */
+#include "config.h"
+#include "log.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum cfg_type { CFG_INT, CFG_BOOL, CFG_STR, CFG_LIST };
+
+#define CFG_F_SECRET 0x1
+#define CFG_OFF(f) offsetof(struct cfg, f)
+
+struct cfg_option {
+    const char *name;
+    enum cfg_type type;
+    size_t off;
+    int64_t vmin, vmax;
+    const char *vdef; /* default as text (CFG_LIST: comma-separated) */
+    const char *unit;
+    int flags;
+    const char *desc;
+};
+
+static const struct cfg_option cfg_options[] = {
+    {"instance.id", CFG_STR, CFG_OFF(instance_id), 0, 0, "", "",
+     0, "Instance name used in lease owners and as group.instance.id when set; "
+        "empty = $POD_NAME, else the host name."},
+    {"broker.bootstrap_servers", CFG_STR, CFG_OFF(bootstrap_servers), 0, 0,
+     "127.0.0.1:19092", "", 0, "Kafka bootstrap servers (host:port,...)."},
+    {"broker.sasl_username", CFG_STR, CFG_OFF(sasl_username), 0, 0, "", "", 0,
+     "SASL username; empty = no SASL."},
+    {"broker.sasl_password", CFG_STR, CFG_OFF(sasl_password), 0, 0, "", "",
+     CFG_F_SECRET, "SASL password."},
+    {"consumer.group_id", CFG_STR, CFG_OFF(group_id), 0, 0, "dedupd", "", 0,
+     "Consumer group of the jobs topic."},
+    {"topics.jobs", CFG_STR, CFG_OFF(topic_jobs), 0, 0, "scrape.jobs", "", 0,
+     "Topic of scrape jobs (input)."},
+    {"topics.results", CFG_STR, CFG_OFF(topic_results), 0, 0, "scrape.results",
+     "", 0, "Topic of results, keyed by event_key."},
+    {"topics.conflicts", CFG_STR, CFG_OFF(topic_conflicts), 0, 0,
+     "scrape.conflicts", "", 0,
+     "Topic of conflict records (same op_id, different request_hash)."},
+    {"topics.dlq", CFG_STR, CFG_OFF(topic_dlq), 0, 0, "scrape.jobs.dlq", "", 0,
+     "Dead-letter topic for jobs that are not valid data."},
+    {"store.path", CFG_STR, CFG_OFF(store_path), 0, 0, "/var/lib/dedupd/store",
+     "", 0, "RocksDB directory of this instance."},
+    {"store.ops_ttl_ms", CFG_INT, CFG_OFF(store_ops_ttl_ms), 1000,
+     INT64_C(31536000000), "259200000", "ms", 0,
+     "Time a complete op is remembered (72 h)."},
+    {"store.failed_ttl_ms", CFG_INT, CFG_OFF(store_failed_ttl_ms), 1000,
+     INT64_C(31536000000), "3600000", "ms", 0,
+     "Time a failed op is remembered before it may be tried again (1 h)."},
+    {"store.lease_ms", CFG_INT, CFG_OFF(store_lease_ms), 1000, 3600000,
+     "60000", "ms", 0, "Lease of a running op; renewed while its fetch lives."},
+    {"store.block_cache_bytes", CFG_INT, CFG_OFF(store_block_cache_bytes),
+     1048576, INT64_C(68719476736), "67108864", "bytes", 0,
+     "RocksDB LRU block cache size."},
+    {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "true", "", 0,
+     "fsync the WAL on every write batch (offsets are committed only after)."},
+    {"fetch.timeout_ms", CFG_INT, CFG_OFF(fetch_timeout_ms), 100, 600000,
+     "30000", "ms", 0, "Total time allowed for one HTTP attempt."},
+    {"fetch.connect_timeout_ms", CFG_INT, CFG_OFF(fetch_connect_timeout_ms), 100,
+     600000, "10000", "ms", 0, "Time allowed to connect (to the proxy)."},
+    {"fetch.max_inflight", CFG_INT, CFG_OFF(fetch_max_inflight), 1, 100000,
+     "256", "ops", 0,
+     "Ops fetched concurrently; beyond it consumption pauses (backpressure)."},
+    {"fetch.max_attempts", CFG_INT, CFG_OFF(fetch_max_attempts), 1, 100, "6",
+     "attempts", 0, "Attempts per op before it fails with its last category."},
+    {"fetch.max_rotations", CFG_INT, CFG_OFF(fetch_max_rotations), 0, 1000, "10",
+     "rotations", 0, "Session rotations per op (counted apart from retries)."},
+    {"fetch.backoff_base_ms", CFG_INT, CFG_OFF(fetch_backoff_base_ms), 1, 600000,
+     "200", "ms", 0, "Base of exponential backoff with full jitter."},
+    {"fetch.backoff_max_ms", CFG_INT, CFG_OFF(fetch_backoff_max_ms), 1, 3600000,
+     "10000", "ms", 0, "Cap of one backoff delay."},
+    {"fetch.deadline_ms", CFG_INT, CFG_OFF(fetch_deadline_ms), 100, 86400000,
+     "120000", "ms", 0,
+     "Default total budget of all attempts of an op (job deadline_s overrides)."},
+    {"fetch.cooldown_default_ms", CFG_INT, CFG_OFF(fetch_cooldown_default_ms), 0,
+     3600000, "5000", "ms", 0,
+     "Session cooldown after a 429 without a valid Retry-After."},
+    {"fetch.retry_after_max_ms", CFG_INT, CFG_OFF(fetch_retry_after_max_ms), 0,
+     86400000, "300000", "ms", 0, "Clamp of any Retry-After value."},
+    {"fetch.max_body_bytes", CFG_INT, CFG_OFF(fetch_max_body_bytes), 1024,
+     INT64_C(1073741824), "8388608", "bytes", 0,
+     "Response body cap (decoded), enforced while receiving."},
+    {"fetch.max_redirects", CFG_INT, CFG_OFF(fetch_max_redirects), 0, 50, "5",
+     "redirects", 0, "Redirects followed per attempt."},
+    {"fetch.allow_targets", CFG_LIST, CFG_OFF(fetch_allow_targets), 0, 0, "", "",
+     0, "CIDRs exempt from the SSRF guard (loopback, link-local and private "
+        "ranges are refused otherwise)."},
+    {"fetch.blocked_statuses", CFG_LIST, CFG_OFF(fetch_blocked_statuses), 0, 0,
+     "429", "", 0,
+     "HTTP statuses that mean the exit is blocked: cooldown, rotate, retry."},
+    {"fetch.user_agent", CFG_STR, CFG_OFF(fetch_user_agent), 0, 0,
+     "dedupd/" DEDUPD_VERSION, "", 0,
+     "User-Agent sent when the job sets none."},
+    {"proxy.exits", CFG_LIST, CFG_OFF(proxy_exits), 0, 0, "", "", 0,
+     "Proxy exits (http://host:port or socks5h://host:port); each is a "
+     "session of the pool; empty = fetch direct."},
+    {"identity.variance_headers", CFG_LIST,
+     CFG_OFF(identity_variance_headers), 0, 0, "accept,accept-language", "", 0,
+     "Request headers that are part of a job's identity."},
+    {"identity.credential_headers", CFG_LIST,
+     CFG_OFF(identity_credential_headers), 0, 0, "", "", 0,
+     "Credential headers beyond authorization, cookie, proxy-authorization and "
+     "x-api-key (identity keeps their SHA-256 only)."},
+    {"limits.max_job_bytes", CFG_INT, CFG_OFF(limits_max_job_bytes), 256,
+     INT64_C(104857600), "1048576", "bytes", 0, "Largest accepted job."},
+    {"limits.max_result_bytes", CFG_INT, CFG_OFF(limits_max_result_bytes), 1024,
+     INT64_C(104857600), "921600", "bytes", 0,
+     "Largest result event; above it the result is failed/too_large."},
+    {"log.level", CFG_STR, CFG_OFF(log_level), 0, 0, "info", "", 0,
+     "error, warning, notice, info or debug."},
+    {"log.debug", CFG_STR, CFG_OFF(log_debug), 0, 0, "", "", 0,
+     "Facilities logged at debug level (e.g. store,fetch; all)."},
+    {"tail.store_path", CFG_STR, CFG_OFF(tail_store_path), 0, 0,
+     "/var/lib/dedupd/tail", "", 0, "RocksDB directory of `dedupd tail`."},
+    {"tail.group_id", CFG_STR, CFG_OFF(tail_group_id), 0, 0, "dedupd-tail", "",
+     0, "Consumer group of `dedupd tail`."},
+    {"tail.ttl_ms", CFG_INT, CFG_OFF(tail_ttl_ms), 1000, INT64_C(31536000000),
+     "259200000", "ms", 0,
+     "How long tail remembers an event_key (at least store.ops_ttl_ms)."},
+    {"shutdown.grace_ms", CFG_INT, CFG_OFF(shutdown_grace_ms), 0, 3600000,
+     "20000", "ms", 0, "Time to finish in-flight work on SIGTERM."},
+};
+
+#define N_OPTIONS (sizeof(cfg_options) / sizeof(cfg_options[0]))
+
+static void list_free(struct cfg_strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static void list_push(struct cfg_strlist *l, const char *s)
+{
+    l->v = realloc(l->v, (l->n + 1) * sizeof(*l->v));
+    if (!l->v)
+        abort();
+    l->v[l->n++] = strdup(s);
+}
+
+/* Split comma-separated text into a list (items trimmed, empty ones skipped). */
+static void list_set_csv(struct cfg_strlist *l, const char *text)
+{
+    list_free(l);
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ')
+            t--;
+        if (t > p) {
+            char *s = strndup(p, (size_t)(t - p));
+            list_push(l, s);
+            free(s);
+        }
+        p = e;
+    }
+}
+
+static dd_err_t set_text(struct cfg *cfg, const struct cfg_option *o,
+                         const char *text, const char *src, char *errstr,
+                         size_t errstr_size)
+{
+    void *field = (char *)cfg + o->off;
+    const char *shown = (o->flags & CFG_F_SECRET) ? "[redacted]" : text;
+    switch (o->type) {
+    case CFG_STR:
+        free(*(char **)field);
+        *(char **)field = strdup(text);
+        return DD_OK;
+    case CFG_LIST:
+        list_set_csv((struct cfg_strlist *)field, text);
+        return DD_OK;
+    case CFG_BOOL:
+        if (!strcmp(text, "true") || !strcmp(text, "1") || !strcmp(text, "yes"))
+            *(bool *)field = true;
+        else if (!strcmp(text, "false") || !strcmp(text, "0") ||
+                 !strcmp(text, "no"))
+            *(bool *)field = false;
+        else {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: %s: '%s' is not a boolean (true or false)", src,
+                          o->name, shown);
+            return DD_ERR_INVAL;
+        }
+        return DD_OK;
+    case CFG_INT: {
+        errno = 0;
+        char *end = NULL;
+        long long v = strtoll(text, &end, 10);
+        if (errno || end == text || *end) {
+            dd_errstr_set(errstr, errstr_size, "%s: %s: '%s' is not an integer",
+                          src, o->name, shown);
+            return DD_ERR_INVAL;
+        }
+        if (v < o->vmin || v > o->vmax) {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: %s: %s is out of range [%lld, %lld] %s", src,
+                          o->name, shown, (long long)o->vmin,
+                          (long long)o->vmax, o->unit);
+            return DD_ERR_INVAL;
+        }
+        *(int64_t *)field = v;
+        return DD_OK;
+    }
+    }
+    return DD_ERR_INVAL;
+}
+
+static const struct cfg_option *find_option(const char *name)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (!strcmp(cfg_options[i].name, name))
+            return &cfg_options[i];
+    return NULL;
+}
+
+static void kafka_set(struct cfg *cfg, const char *name, const char *value)
+{
+    for (size_t i = 0; i < cfg->kafka_names.n; i++) {
+        if (!strcmp(cfg->kafka_names.v[i], name)) {
+            free(cfg->kafka_values.v[i]);
+            cfg->kafka_values.v[i] = strdup(value);
+            return;
+        }
+    }
+    list_push(&cfg->kafka_names, name);
+    list_push(&cfg->kafka_values, value);
+}
+
+/* Apply one JSON value at dotted path \p name. */
+static dd_err_t set_json(struct cfg *cfg, const char *name, json_t *v,
+                         const char *src, char *errstr, size_t errstr_size)
+{
+    if (!strncmp(name, "kafka.", 6)) {
+        char buf[64];
+        const char *text;
+        if (json_is_string(v))
+            text = json_string_value(v);
+        else if (json_is_integer(v)) {
+            snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+            text = buf;
+        } else if (json_is_boolean(v))
+            text = json_is_true(v) ? "true" : "false";
+        else {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: %s: must be a string, integer or boolean", src,
+                          name);
+            return DD_ERR_INVAL;
+        }
+        kafka_set(cfg, name + 6, text);
+        return DD_OK;
+    }
+    const struct cfg_option *o = find_option(name);
+    if (!o) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s: unknown option", src, name);
+        return DD_ERR_INVAL;
+    }
+    char buf[64];
+    switch (o->type) {
+    case CFG_STR:
+        if (!json_is_string(v))
+            goto wrong_type;
+        return set_text(cfg, o, json_string_value(v), src, errstr, errstr_size);
+    case CFG_BOOL:
+        if (!json_is_boolean(v))
+            goto wrong_type;
+        *(bool *)((char *)cfg + o->off) = json_is_true(v);
+        return DD_OK;
+    case CFG_INT:
+        if (!json_is_integer(v))
+            goto wrong_type;
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+        return set_text(cfg, o, buf, src, errstr, errstr_size);
+    case CFG_LIST: {
+        if (!json_is_array(v))
+            goto wrong_type;
+        struct cfg_strlist *l = (struct cfg_strlist *)((char *)cfg + o->off);
+        list_free(l);
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item)
+        {
+            if (json_is_string(item))
+                list_push(l, json_string_value(item));
+            else if (json_is_integer(item)) {
+                snprintf(buf, sizeof(buf), "%lld",
+                         (long long)json_integer_value(item));
+                list_push(l, buf);
+            } else
+                goto wrong_type;
+        }
+        return DD_OK;
+    }
+    }
+wrong_type:
+    dd_errstr_set(errstr, errstr_size, "%s: %s: must be %s", src, name,
+                  o->type == CFG_STR    ? "a string"
+                  : o->type == CFG_BOOL ? "a boolean"
+                  : o->type == CFG_INT  ? "an integer"
+                                        : "an array of strings");
+    return DD_ERR_INVAL;
+}
+
+static dd_err_t walk(struct cfg *cfg, json_t *obj, const char *prefix,
+                     const char *src, char *errstr, size_t errstr_size)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v)
+    {
+        char name[256];
+        snprintf(name, sizeof(name), "%s%s%s", prefix, *prefix ? "." : "", k);
+        dd_err_t err;
+        /* Objects nest (dotted paths), except below kafka.* where librdkafka's
+         * own dotted names may also be written flat. */
+        if (json_is_object(v))
+            err = walk(cfg, v, name, src, errstr, errstr_size);
+        else
+            err = set_json(cfg, name, v, src, errstr, errstr_size);
+        if (err)
+            return err;
+    }
+    return DD_OK;
+}
+
+/* DEDUPD_FETCH__TIMEOUT_MS -> fetch.timeout_ms */
+static void env_to_name(const char *env, char *out, size_t size)
+{
+    size_t j = 0;
+    for (size_t i = 0; env[i] && j + 1 < size; i++) {
+        if (env[i] == '_' && env[i + 1] == '_') {
+            out[j++] = '.';
+            i++;
+        } else
+            out[j++] = (char)tolower((unsigned char)env[i]);
+    }
+    out[j] = '\0';
+}
+
+dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
+                  char *errstr, size_t errstr_size)
+{
+    dd_err_t err = DD_OK;
+    struct cfg *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg)
+        return DD_ERR_NOMEM;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        err = set_text(cfg, &cfg_options[i], cfg_options[i].vdef, "default",
+                       errstr, errstr_size);
+        if (err)
+            goto out;
+    }
+    if (path) {
+        json_error_t jerr;
+        json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+            dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %s", path, jerr.line,
+                          jerr.column, jerr.text);
+            err = jerr.line <= 0 && jerr.position == 0 ? DD_ERR_IO : DD_ERR_INVAL;
+            goto out;
+        }
+        if (!json_is_object(root)) {
+            dd_errstr_set(errstr, errstr_size, "%s: top level must be an object",
+                          path);
+            json_decref(root);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+        err = walk(cfg, root, "", path, errstr, errstr_size);
+        json_decref(root);
+        if (err)
+            goto out;
+    }
+    for (size_t i = 0; envp && envp[i]; i++) {
+        if (strncmp(envp[i], "DEDUPD_", 7))
+            continue;
+        const char *eq = strchr(envp[i], '=');
+        if (!eq)
+            continue;
+        char envname[256], name[256];
+        snprintf(envname, sizeof(envname), "%.*s", (int)(eq - envp[i] - 7),
+                 envp[i] + 7);
+        env_to_name(envname, name, sizeof(name));
+        char src[300];
+        snprintf(src, sizeof(src), "environment DEDUPD_%s", envname);
+        if (!strncmp(name, "kafka.", 6)) {
+            /* librdkafka names use '.', which the environment cannot carry:
+             * DEDUPD_KAFKA__SOCKET__TIMEOUT__MS -> kafka.socket.timeout.ms,
+             * single '_' kept as is. */
+            kafka_set(cfg, name + 6, eq + 1);
+            continue;
+        }
+        const struct cfg_option *o = find_option(name);
+        if (!o) {
+            dd_errstr_set(errstr, errstr_size, "%s: %s: unknown option", src,
+                          name);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+        err = set_text(cfg, o, eq + 1, src, errstr, errstr_size);
+        if (err)
+            goto out;
+    }
+    /* Cross-field rules. */
+    if (log_level_parse(cfg->log_level) < 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "config: log.level: '%s' is not one of error, warning, "
+                      "notice, info, debug", cfg->log_level);
+        err = DD_ERR_INVAL;
+        goto out;
+    }
+    if (cfg->fetch_backoff_max_ms < cfg->fetch_backoff_base_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "config: fetch.backoff_max_ms: must be at least "
+                      "fetch.backoff_base_ms");
+        err = DD_ERR_INVAL;
+        goto out;
+    }
+    for (size_t i = 0; i < cfg->fetch_blocked_statuses.n; i++) {
+        char *end;
+        long s = strtol(cfg->fetch_blocked_statuses.v[i], &end, 10);
+        if (*end || s < 400 || s > 599) {
+            dd_errstr_set(errstr, errstr_size,
+                          "config: fetch.blocked_statuses: '%s' is not an HTTP "
+                          "status 400..599", cfg->fetch_blocked_statuses.v[i]);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < cfg->proxy_exits.n; i++) {
+        const char *e = cfg->proxy_exits.v[i];
+        if (strncmp(e, "http://", 7) && strncmp(e, "socks5h://", 10) &&
+            strncmp(e, "socks5://", 9)) {
+            dd_errstr_set(errstr, errstr_size,
+                          "config: proxy.exits: '%s' must start with http://, "
+                          "socks5:// or socks5h://", e);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+        if (strchr(e, '@')) {
+            dd_errstr_set(errstr, errstr_size,
+                          "config: proxy.exits: entry %zu carries credentials; "
+                          "they never go in a URL", i);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+    }
+out:
+    if (err) {
+        cfg_destroy(cfg);
+        return err;
+    }
+    *out = cfg;
+    return DD_OK;
+}
+
+void cfg_destroy(struct cfg *cfg)
+{
+    if (!cfg)
+        return;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        void *field = (char *)cfg + cfg_options[i].off;
+        if (cfg_options[i].type == CFG_STR)
+            free(*(char **)field);
+        else if (cfg_options[i].type == CFG_LIST)
+            list_free((struct cfg_strlist *)field);
+    }
+    list_free(&cfg->kafka_names);
+    list_free(&cfg->kafka_values);
+    free(cfg);
+}
+
+static bool kafka_name_secret(const char *name)
+{
+    return strstr(name, "password") || strstr(name, "secret") ||
+           strstr(name, "key.pem") || strstr(name, "token");
+}
+
+void cfg_dump(const struct cfg *cfg, FILE *fp)
+{
+    json_t *root = json_object();
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const struct cfg_option *o = &cfg_options[i];
+        const void *field = (const char *)cfg + o->off;
+        json_t *v = NULL;
+        if (o->flags & CFG_F_SECRET) {
+            const char *s = *(char *const *)field;
+            v = json_string(s && *s ? "[redacted]" : "");
+        } else if (o->type == CFG_STR)
+            v = json_string(*(char *const *)field);
+        else if (o->type == CFG_INT)
+            v = json_integer(*(const int64_t *)field);
+        else if (o->type == CFG_BOOL)
+            v = json_boolean(*(const bool *)field);
+        else {
+            const struct cfg_strlist *l = field;
+            v = json_array();
+            for (size_t j = 0; j < l->n; j++)
+                json_array_append_new(v, json_string(l->v[j]));
+        }
+        json_object_set_new(root, o->name, v);
+    }
+    for (size_t i = 0; i < cfg->kafka_names.n; i++) {
+        char name[256];
+        snprintf(name, sizeof(name), "kafka.%s", cfg->kafka_names.v[i]);
+        json_object_set_new(root, name,
+                            json_string(kafka_name_secret(cfg->kafka_names.v[i])
+                                            ? "[redacted]"
+                                            : cfg->kafka_values.v[i]));
+    }
+    json_dumpf(root, fp, JSON_INDENT(2) | JSON_SORT_KEYS);
+    fputc('\n', fp);
+    json_decref(root);
+}
+
+void cfg_doc_markdown(FILE *fp)
+{
+    fprintf(fp, "# dedupd configuration\n\n"
+                "Generated by `dedupd config --doc` from the option table in "
+                "src/config.c. Environment: `DEDUPD_` + the name upper-cased with "
+                "`.` as `__`. `kafka.*` passes through to librdkafka.\n\n"
+                "| option | environment | type | default | range | unit | "
+                "description |\n|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const struct cfg_option *o = &cfg_options[i];
+        char env[256];
+        size_t j = 0;
+        for (const char *p = o->name; *p && j + 3 < sizeof(env); p++) {
+            if (*p == '.') {
+                env[j++] = '_';
+                env[j++] = '_';
+            } else
+                env[j++] = (char)toupper((unsigned char)*p);
+        }
+        env[j] = '\0';
+        char range[96] = "";
+        if (o->type == CFG_INT)
+            snprintf(range, sizeof(range), "%lld..%lld", (long long)o->vmin,
+                     (long long)o->vmax);
+        static const char *tn[] = {"int", "bool", "string", "list"};
+        fprintf(fp, "| `%s` | `DEDUPD_%s` | %s | `%s` | %s | %s | %s%s |\n",
+                o->name, env, tn[o->type], o->vdef, range, o->unit, o->desc,
+                (o->flags & CFG_F_SECRET) ? " (secret: never logged)" : "");
+    }
+}

@@ -1,0 +1,1058 @@
+/* The fetch engine: libcurl multi loop on its own thread, session pool, retry
+ * timers.  See fetch.h for the contract. */
+#include "fetch.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "config.h"
+#include "log.h"
+#include "retry.h"
+
+/* ---- session pool ------------------------------------------------------ */
+
+/* A session is one proxy exit (or "direct").  Providers with session ids in the
+ * username come with the fetch engine issue; here each configured exit is one
+ * sticky session, and rotating an op moves it to another session. */
+struct session {
+    char *proxy;             /* proxy URL, NULL = direct */
+    char name[128];          /* shown in results and logs */
+    int64_t cooldown_until_ms;
+    uint64_t uses;
+    uint64_t errors;
+    int active;              /* transfers running through it */
+};
+
+struct cidr {
+    int family;
+    unsigned char addr[16];
+    int bits;
+};
+
+enum xfer_state { XF_WAITING, XF_RUNNING };
+
+struct xfer {
+    struct xfer *next;            /* in waiting list or done queue */
+    struct xfer *run_prev, *run_next; /* in the running list */
+    /* request (owned copies) */
+    char *url;                    /* current URL (changes on redirect) */
+    char *orig_url;
+    char *method;
+    char **hdr_names, **hdr_values;
+    size_t n_headers;
+    unsigned char *body;
+    size_t body_len;
+    bool safe;
+    int64_t deadline_ms;
+    void *opaque;
+    /* progress */
+    enum xfer_state state;
+    int64_t not_before_ms;
+    int session;                  /* index or -1 */
+    bool fresh_connect;
+    uint32_t attempts, rotations, throttled, redirects;
+    CURL *easy;
+    struct curl_slist *slist;
+    char errbuf[CURL_ERROR_SIZE];
+    bool too_large, refused_target;
+    /* response of the current attempt */
+    unsigned char *rbody;
+    size_t rlen, rcap;
+    char *retry_after, *etag, *last_modified, *content_type;
+    struct fetch *f;
+};
+
+struct fetch {
+    const struct cfg *cfg;
+    pthread_t thread;
+    bool thread_started;
+    CURLM *multi;
+    atomic_bool stop;
+
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    struct xfer *incoming;        /* submitted, not yet seen by the thread */
+    struct fetch_result **done;   /* completion ring */
+    size_t done_head, done_n, done_cap;
+    size_t inflight;              /* submitted, not taken */
+
+    /* thread-local */
+    struct xfer *waiting;         /* retry timers and new work */
+    struct xfer *run_head;        /* transfers attached to the multi handle */
+    size_t running;
+
+    struct session *sessions;
+    size_t n_sessions;
+    size_t rr;                    /* round robin cursor */
+    struct cidr *allow;
+    size_t n_allow;
+    long *blocked;
+    size_t n_blocked;
+    uint64_t rnd;
+
+    atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
+        st_completed, st_failed;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint64_t xorshift(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* ---- SSRF guard ---------------------------------------------------------- */
+
+static bool parse_cidr(const char *text, struct cidr *c)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", text);
+    char *slash = strchr(buf, '/');
+    int bits = -1;
+    if (slash) {
+        *slash = '\0';
+        char *end;
+        long b = strtol(slash + 1, &end, 10);
+        if (*end || b < 0)
+            return false;
+        bits = (int)b;
+    }
+    if (inet_pton(AF_INET, buf, c->addr) == 1) {
+        c->family = AF_INET;
+        c->bits = bits < 0 ? 32 : bits;
+        return c->bits <= 32;
+    }
+    if (inet_pton(AF_INET6, buf, c->addr) == 1) {
+        c->family = AF_INET6;
+        c->bits = bits < 0 ? 128 : bits;
+        return c->bits <= 128;
+    }
+    return false;
+}
+
+static bool prefix_match(const unsigned char *a, const unsigned char *b, int bits)
+{
+    int full = bits / 8, rest = bits % 8;
+    if (memcmp(a, b, (size_t)full))
+        return false;
+    if (rest) {
+        unsigned char mask = (unsigned char)(0xff << (8 - rest));
+        if ((a[full] & mask) != (b[full] & mask))
+            return false;
+    }
+    return true;
+}
+
+/* Refused ranges: loopback, link-local (cloud metadata), private, unspecified,
+ * CGNAT, and their IPv6 counterparts (including v4-mapped). */
+static bool addr_is_internal(int family, const unsigned char *a)
+{
+    if (family == AF_INET) {
+        uint32_t v = ((uint32_t)a[0] << 24) | ((uint32_t)a[1] << 16) |
+                     ((uint32_t)a[2] << 8) | a[3];
+        return (v >> 24) == 0 || (v >> 24) == 10 || (v >> 24) == 127 ||
+               (v >> 16) == 0xa9fe || (v >> 20) == 0xac1 ||
+               (v >> 16) == 0xc0a8 || (v >> 22) == (0x64400000u >> 22) ||
+               v >= 0xe0000000u;
+    }
+    static const unsigned char zero[16];
+    if (!memcmp(a, zero, 15) && (a[15] == 0 || a[15] == 1))
+        return true; /* :: and ::1 */
+    if (!memcmp(a, zero, 10) && a[10] == 0xff && a[11] == 0xff)
+        return addr_is_internal(AF_INET, a + 12);
+    if ((a[0] & 0xfe) == 0xfc)
+        return true; /* fc00::/7 unique local */
+    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+        return true; /* fe80::/10 link-local */
+    if (a[0] == 0xff)
+        return true; /* multicast */
+    return false;
+}
+
+static bool addr_refused(int family, const unsigned char *a,
+                         const struct cidr *allow, size_t n_allow)
+{
+    if (!addr_is_internal(family, a))
+        return false;
+    for (size_t i = 0; i < n_allow; i++)
+        if (allow[i].family == family && prefix_match(a, allow[i].addr, allow[i].bits))
+            return false;
+    return true;
+}
+
+bool fetch_ip_refused(const char *host, char *const *allow_text, size_t n_allow,
+                      bool *refused)
+{
+    char buf[128];
+    size_t n = strlen(host);
+    if (n >= sizeof(buf))
+        return false;
+    if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
+        memcpy(buf, host + 1, n - 2);
+        buf[n - 2] = '\0';
+    } else
+        memcpy(buf, host, n + 1);
+    char *pct = strchr(buf, '%'); /* zone id */
+    if (pct)
+        *pct = '\0';
+    unsigned char a[16];
+    int family;
+    if (inet_pton(AF_INET, buf, a) == 1)
+        family = AF_INET;
+    else if (inet_pton(AF_INET6, buf, a) == 1)
+        family = AF_INET6;
+    else
+        return false;
+    struct cidr allow[64];
+    size_t k = 0;
+    for (size_t i = 0; i < n_allow && k < 64; i++)
+        if (parse_cidr(allow_text[i], &allow[k]))
+            k++;
+    *refused = addr_refused(family, a, allow, k);
+    return true;
+}
+
+/* Refuse the target of \p url if it is an internal IP literal. */
+static bool url_target_refused(struct fetch *f, const char *url)
+{
+    CURLU *u = curl_url();
+    bool refused = false;
+    char *host = NULL;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        char buf[128];
+        snprintf(buf, sizeof(buf), "%s", host);
+        size_t n = strlen(buf);
+        if (buf[0] == '[' && n > 2) {
+            memmove(buf, buf + 1, n - 2);
+            buf[n - 2] = '\0';
+        }
+        unsigned char a[16];
+        if (inet_pton(AF_INET, buf, a) == 1)
+            refused = addr_refused(AF_INET, a, f->allow, f->n_allow);
+        else if (inet_pton(AF_INET6, buf, a) == 1)
+            refused = addr_refused(AF_INET6, a, f->allow, f->n_allow);
+    }
+    curl_free(host);
+    curl_url_cleanup(u);
+    return refused;
+}
+
+/* Direct fetches: check the address libcurl is about to connect to (it has
+ * resolved the name), so a name that resolves inside is refused too. */
+static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose,
+                                    struct curl_sockaddr *addr)
+{
+    struct xfer *x = clientp;
+    (void)purpose;
+    if (x->session < 0 || !x->f->sessions[x->session].proxy) {
+        const unsigned char *a = NULL;
+        if (addr->family == AF_INET)
+            a = (const unsigned char *)&((struct sockaddr_in *)&addr->addr)->sin_addr;
+        else if (addr->family == AF_INET6)
+            a = (const unsigned char *)&((struct sockaddr_in6 *)&addr->addr)->sin6_addr;
+        if (a && addr_refused(addr->family, a, x->f->allow, x->f->n_allow)) {
+            x->refused_target = true;
+            return CURL_SOCKET_BAD;
+        }
+    }
+    return socket(addr->family, addr->socktype, addr->protocol);
+}
+
+/* ---- transfers ----------------------------------------------------------- */
+
+static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct xfer *x = userdata;
+    size_t n = size * nmemb;
+    size_t max = (size_t)x->f->cfg->fetch_max_body_bytes;
+    if (x->rlen + n > max) {
+        x->too_large = true;
+        return 0; /* aborts with CURLE_WRITE_ERROR */
+    }
+    if (x->rlen + n + 1 > x->rcap) {
+        size_t cap = x->rcap ? x->rcap : 16384;
+        while (cap < x->rlen + n + 1)
+            cap *= 2;
+        unsigned char *p = realloc(x->rbody, cap);
+        if (!p)
+            return 0;
+        x->rbody = p;
+        x->rcap = cap;
+    }
+    memcpy(x->rbody + x->rlen, ptr, n);
+    x->rlen += n;
+    return n;
+}
+
+static void set_str(char **dst, const char *v, size_t n)
+{
+    while (n && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+        n--;
+    free(*dst);
+    *dst = strndup(v, n);
+}
+
+static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
+{
+    struct xfer *x = userdata;
+    size_t n = size * nitems;
+    if (n >= 5 && !strncmp(buf, "HTTP/", 5)) {
+        /* A new header block (after CONNECT, 1xx or a redirect): reset. */
+        free(x->retry_after), x->retry_after = NULL;
+        free(x->etag), x->etag = NULL;
+        free(x->last_modified), x->last_modified = NULL;
+        free(x->content_type), x->content_type = NULL;
+        return n;
+    }
+    static const struct { const char *name; size_t off; } want[] = {
+        {"retry-after:", offsetof(struct xfer, retry_after)},
+        {"etag:", offsetof(struct xfer, etag)},
+        {"last-modified:", offsetof(struct xfer, last_modified)},
+        {"content-type:", offsetof(struct xfer, content_type)},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        size_t k = strlen(want[i].name);
+        if (n > k && !strncasecmp(buf, want[i].name, k)) {
+            set_str((char **)((char *)x + want[i].off), buf + k, n - k);
+            break;
+        }
+    }
+    return n;
+}
+
+static void xfer_reset_response(struct xfer *x)
+{
+    x->rlen = 0;
+    x->too_large = x->refused_target = false;
+    free(x->retry_after), x->retry_after = NULL;
+    free(x->etag), x->etag = NULL;
+    free(x->last_modified), x->last_modified = NULL;
+    free(x->content_type), x->content_type = NULL;
+    x->errbuf[0] = '\0';
+}
+
+static void xfer_free(struct xfer *x)
+{
+    if (!x)
+        return;
+    if (x->easy)
+        curl_easy_cleanup(x->easy);
+    curl_slist_free_all(x->slist);
+    free(x->url);
+    free(x->orig_url);
+    free(x->method);
+    for (size_t i = 0; i < x->n_headers; i++) {
+        free(x->hdr_names[i]);
+        free(x->hdr_values[i]);
+    }
+    free(x->hdr_names);
+    free(x->hdr_values);
+    free(x->body);
+    free(x->rbody);
+    free(x->retry_after);
+    free(x->etag);
+    free(x->last_modified);
+    free(x->content_type);
+    free(x);
+}
+
+/* Pick a session for \p x: keep its bound one unless \p rotate; otherwise the
+ * least used session that is not cooling down and not the current one.
+ * Returns -1 when every candidate cools down; *wait_until then says until when. */
+static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
+                        int64_t now, int64_t *wait_until)
+{
+    if (f->n_sessions == 0)
+        return -1;
+    if (!rotate && x->session >= 0 &&
+        f->sessions[x->session].cooldown_until_ms <= now)
+        return x->session;
+    int best = -1;
+    int64_t earliest = INT64_MAX;
+    for (size_t k = 0; k < f->n_sessions; k++) {
+        size_t i = (f->rr + k) % f->n_sessions;
+        struct session *s = &f->sessions[i];
+        if (rotate && (int)i == x->session && f->n_sessions > 1)
+            continue;
+        if (s->cooldown_until_ms > now) {
+            if (s->cooldown_until_ms < earliest)
+                earliest = s->cooldown_until_ms;
+            continue;
+        }
+        if (best < 0 || s->active < f->sessions[best].active)
+            best = (int)i;
+    }
+    f->rr++;
+    if (best < 0)
+        *wait_until = earliest == INT64_MAX ? now + 100 : earliest;
+    return best;
+}
+
+static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
+                   const char *category, const char *error);
+
+static bool is_blocked(struct fetch *f, long status)
+{
+    for (size_t i = 0; i < f->n_blocked; i++)
+        if (f->blocked[i] == status)
+            return true;
+    return false;
+}
+
+static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
+{
+    if (url_target_refused(f, x->url)) {
+        finish(f, x, false, 0, "forbidden_target",
+               "target address is loopback, link-local or private and not in "
+               "fetch.allow_targets");
+        return;
+    }
+    struct session *s = &f->sessions[x->session];
+    xfer_reset_response(x);
+    if (!x->easy)
+        x->easy = curl_easy_init();
+    else
+        curl_easy_reset(x->easy);
+    CURL *e = x->easy;
+    const struct cfg *c = f->cfg;
+    curl_easy_setopt(e, CURLOPT_URL, x->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->fetch_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->fetch_connect_timeout_ms);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* followed by hand */
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, c->fetch_user_agent);
+    if (x->fresh_connect) {
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        x->fresh_connect = false;
+    }
+    if (s->proxy) {
+        curl_easy_setopt(e, CURLOPT_PROXY, s->proxy);
+    } else {
+        curl_easy_setopt(e, CURLOPT_PROXY, "");
+    }
+    curl_slist_free_all(x->slist);
+    x->slist = NULL;
+    for (size_t i = 0; i < x->n_headers; i++) {
+        size_t n = strlen(x->hdr_names[i]) + strlen(x->hdr_values[i]) + 3;
+        char *line = malloc(n);
+        if (!line)
+            abort();
+        if (x->hdr_values[i][0])
+            snprintf(line, n, "%s: %s", x->hdr_names[i], x->hdr_values[i]);
+        else
+            snprintf(line, n, "%s;", x->hdr_names[i]);
+        x->slist = curl_slist_append(x->slist, line);
+        free(line);
+    }
+    if (x->slist)
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->slist);
+    if (!strcmp(x->method, "HEAD"))
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else if (strcmp(x->method, "GET") != 0)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
+    if (x->body) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
+    }
+    x->attempts++;
+    s->uses++;
+    s->active++;
+    atomic_fetch_add(&f->st_attempts, 1);
+    x->state = XF_RUNNING;
+    f->running++;
+    x->run_prev = NULL;
+    x->run_next = f->run_head;
+    if (f->run_head)
+        f->run_head->run_prev = x;
+    f->run_head = x;
+    (void)now;
+    curl_multi_add_handle(f->multi, e);
+}
+
+/* Schedule \p x again: for a retry (attempt cap and deadline permitting).
+ * Returns false if the op must fail instead. */
+static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
+{
+    int64_t now = now_ms();
+    if ((int64_t)x->attempts >= f->cfg->fetch_max_attempts)
+        return false;
+    if (now + delay_ms >= x->deadline_ms)
+        return false;
+    x->not_before_ms = now + delay_ms;
+    x->state = XF_WAITING;
+    x->next = f->waiting;
+    f->waiting = x;
+    return true;
+}
+
+static struct fetch_result *result_from(struct xfer *x)
+{
+    struct fetch_result *r = calloc(1, sizeof(*r));
+    if (!r)
+        abort();
+    r->opaque = x->opaque;
+    r->attempts = x->attempts;
+    r->rotations = x->rotations;
+    r->throttled = x->throttled;
+    r->fetched_at_ms = now_ms();
+    if (x->session >= 0)
+        snprintf(r->session, sizeof(r->session), "%s",
+                 x->f->sessions[x->session].name);
+    return r;
+}
+
+static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
+                   const char *category, const char *error)
+{
+    struct fetch_result *r = result_from(x);
+    r->ok = ok;
+    r->status = status;
+    if (!ok) {
+        r->category = strdup(category);
+        r->error = strdup(error ? error : category);
+        atomic_fetch_add(&f->st_failed, 1);
+    } else
+        atomic_fetch_add(&f->st_completed, 1);
+    if (ok || status) {
+        r->final_url = strdup(x->url);
+        r->body = x->rbody;
+        r->body_len = x->rlen;
+        if (r->body)
+            r->body[r->body_len] = '\0';
+        x->rbody = NULL;
+        x->rlen = x->rcap = 0;
+        r->content_type = x->content_type, x->content_type = NULL;
+        r->etag = x->etag, x->etag = NULL;
+        r->last_modified = x->last_modified, x->last_modified = NULL;
+    }
+    xfer_free(x);
+    pthread_mutex_lock(&f->lock);
+    if (f->done_n == f->done_cap) {
+        size_t cap = f->done_cap ? f->done_cap * 2 : 256;
+        struct fetch_result **d = malloc(cap * sizeof(*d));
+        if (!d)
+            abort();
+        for (size_t i = 0; i < f->done_n; i++)
+            d[i] = f->done[(f->done_head + i) % f->done_cap];
+        free(f->done);
+        f->done = d;
+        f->done_head = 0;
+        f->done_cap = cap;
+    }
+    f->done[(f->done_head + f->done_n) % f->done_cap] = r;
+    f->done_n++;
+    pthread_cond_signal(&f->done_cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
+                          const char *category, const char *error,
+                          bool retryable)
+{
+    if (retryable) {
+        int64_t d = retry_backoff_ms((int)x->attempts - 1,
+                                     f->cfg->fetch_backoff_base_ms,
+                                     f->cfg->fetch_backoff_max_ms,
+                                     xorshift(&f->rnd));
+        if (schedule_retry(f, x, d)) {
+            log_msg(LOG_DEBUG, "fetch", "retry %s in %lld ms after %s",
+                    x->orig_url, (long long)d, category);
+            return;
+        }
+    }
+    finish(f, x, false, status, category, error);
+}
+
+/* Classify a finished attempt (see DESIGN.md section 5 categories). */
+static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
+{
+    struct session *s = &f->sessions[x->session];
+    s->active--;
+    f->running--;
+    if (x->run_prev)
+        x->run_prev->run_next = x->run_next;
+    else
+        f->run_head = x->run_next;
+    if (x->run_next)
+        x->run_next->run_prev = x->run_prev;
+    x->run_prev = x->run_next = NULL;
+    curl_multi_remove_handle(f->multi, x->easy);
+    long status = 0, connect_code = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(x->easy, CURLINFO_HTTP_CONNECTCODE, &connect_code);
+    curl_off_t dl = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &dl);
+    atomic_fetch_add(&f->st_bytes, (uint64_t)dl);
+    bool proxied = s->proxy != NULL;
+    char err[CURL_ERROR_SIZE + 64];
+    snprintf(err, sizeof(err), "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
+
+    if (res == CURLE_OK) {
+        if (is_blocked(f, status)) {
+            x->throttled++;
+            atomic_fetch_add(&f->st_throttled, 1);
+            int64_t now = now_ms(), delay;
+            if (!retry_after_parse(x->retry_after, now,
+                                   f->cfg->fetch_retry_after_max_ms, &delay))
+                delay = f->cfg->fetch_cooldown_default_ms;
+            s->cooldown_until_ms = now + delay;
+            s->errors++;
+            log_msg(LOG_INFO, "fetch",
+                    "HTTP %ld from %s through %s: session cools down %lld ms",
+                    status, x->orig_url, s->name, (long long)delay);
+            if (f->n_sessions > 1 &&
+                (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
+                int64_t wait_until = 0;
+                int next = session_pick(f, x, true, now, &wait_until);
+                if (next >= 0 && next != x->session) {
+                    x->session = next;
+                    x->rotations++;
+                    x->fresh_connect = true;
+                    atomic_fetch_add(&f->st_rotations, 1);
+                }
+            }
+            char msg[96];
+            snprintf(msg, sizeof(msg), "HTTP %ld (blocked) on every attempt", status);
+            /* Backoff is short: the cooldown keeps the old exit out, and the
+             * op waits for Retry-After only if no other session is free. */
+            fail_or_retry(f, x, status, status == 429 ? "throttled" : "blocked",
+                          msg, true);
+            return;
+        }
+        if (status == 407) {
+            s->errors++;
+            finish(f, x, false, status, "proxy_auth",
+                   "the proxy refused the credentials (407)");
+            return;
+        }
+        if (status >= 300 && status < 400 && status != 304) {
+            char *loc = NULL;
+            curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &loc);
+            if (loc) {
+                if ((int64_t)x->redirects >= f->cfg->fetch_max_redirects) {
+                    finish(f, x, false, status, "redirect_loop",
+                           "too many redirects");
+                    return;
+                }
+                if (strncasecmp(loc, "http://", 7) && strncasecmp(loc, "https://", 8)) {
+                    finish(f, x, false, status, "forbidden_target",
+                           "redirect to a scheme other than http or https");
+                    return;
+                }
+                x->redirects++;
+                char *next = strdup(loc);
+                free(x->url);
+                x->url = next;
+                if (status == 303 || ((status == 301 || status == 302) &&
+                                      strcmp(x->method, "GET") && strcmp(x->method, "HEAD"))) {
+                    free(x->method);
+                    x->method = strdup("GET");
+                    free(x->body);
+                    x->body = NULL;
+                    x->body_len = 0;
+                }
+                x->attempts--; /* a redirect hop is part of the same attempt */
+                start_attempt(f, x, now_ms());
+                return;
+            }
+        }
+        if (status >= 500) {
+            s->errors++;
+            char msg[64];
+            snprintf(msg, sizeof(msg), "HTTP %ld from the origin", status);
+            fail_or_retry(f, x, status, "server_error", msg, x->safe);
+            return;
+        }
+        if (status >= 400) {
+            char msg[64];
+            snprintf(msg, sizeof(msg), "HTTP %ld from the origin", status);
+            finish(f, x, false, status, "client_error", msg);
+            return;
+        }
+        finish(f, x, true, status, NULL, NULL);
+        return;
+    }
+
+    s->errors++;
+    const char *cat = "connect";
+    bool retry = x->safe, before_send = false, terminal = false;
+    switch (res) {
+    case CURLE_WRITE_ERROR:
+        if (x->too_large) {
+            cat = "too_large", terminal = true;
+            snprintf(err, sizeof(err), "response body above fetch.max_body_bytes");
+        } else
+            cat = "protocol";
+        break;
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        cat = "proxy_connect", before_send = true;
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        cat = "dns", before_send = true;
+        break;
+    case CURLE_COULDNT_CONNECT:
+        if (x->refused_target) {
+            cat = "forbidden_target", terminal = true;
+            snprintf(err, sizeof(err), "target address is loopback, link-local "
+                     "or private and not in fetch.allow_targets");
+        } else
+            cat = proxied ? "proxy_connect" : "connect", before_send = true;
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        cat = "timeout";
+        break;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        cat = "tls", terminal = true;
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+        cat = "tls";
+        break;
+    case CURLE_TOO_MANY_REDIRECTS:
+        cat = "redirect_loop", terminal = true;
+        break;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_BAD_CONTENT_ENCODING:
+        cat = "protocol", terminal = true;
+        break;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        cat = "connect";
+        break;
+    default:
+        if (connect_code == 407) {
+            cat = "proxy_auth", terminal = true;
+            snprintf(err, sizeof(err), "the proxy refused the credentials (407)");
+        } else if (proxied && (res == CURLE_PROXY || connect_code >= 400)) {
+            cat = "proxy_connect", before_send = true;
+        } else
+            cat = "protocol";
+        break;
+    }
+    if (terminal)
+        retry = false;
+    else if (before_send)
+        retry = true;
+    if (!strcmp(cat, "proxy_connect") && f->n_sessions > 1) {
+        /* The exit is unusable: move the op elsewhere. */
+        int64_t wait_until = 0;
+        s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
+        int next = session_pick(f, x, true, now_ms(), &wait_until);
+        if (next >= 0 && next != x->session) {
+            x->session = next;
+            x->rotations++;
+            atomic_fetch_add(&f->st_rotations, 1);
+        }
+    }
+    fail_or_retry(f, x, 0, cat, err, retry);
+}
+
+static void launch_ready(struct fetch *f)
+{
+    int64_t now = now_ms();
+    struct xfer **pp = &f->waiting;
+    while (*pp) {
+        struct xfer *x = *pp;
+        if (x->not_before_ms > now) {
+            pp = &x->next;
+            continue;
+        }
+        if (now >= x->deadline_ms && x->attempts > 0) {
+            *pp = x->next;
+            finish(f, x, false, 0, "timeout", "deadline passed before a retry");
+            continue;
+        }
+        int64_t wait_until = 0;
+        int s = session_pick(f, x, false, now, &wait_until);
+        if (s < 0) {
+            /* Every session cools down: wait for the first to come back
+             * (this is where Retry-After is waited out). */
+            if (wait_until >= x->deadline_ms) {
+                *pp = x->next;
+                finish(f, x, false, 429, "throttled",
+                       "every session was cooling down until the deadline");
+                continue;
+            }
+            x->not_before_ms = wait_until;
+            pp = &x->next;
+            continue;
+        }
+        if (x->session >= 0 && s != x->session) {
+            x->rotations++;
+            x->fresh_connect = true;
+            atomic_fetch_add(&f->st_rotations, 1);
+        }
+        x->session = s;
+        *pp = x->next;
+        x->next = NULL;
+        start_attempt(f, x, now);
+    }
+}
+
+static int64_t next_timer(struct fetch *f)
+{
+    int64_t t = INT64_MAX;
+    for (struct xfer *x = f->waiting; x; x = x->next)
+        if (x->not_before_ms < t)
+            t = x->not_before_ms;
+    return t;
+}
+
+static void *fetch_main(void *arg)
+{
+    struct fetch *f = arg;
+    while (!atomic_load(&f->stop)) {
+        pthread_mutex_lock(&f->lock);
+        struct xfer *in = f->incoming;
+        f->incoming = NULL;
+        pthread_mutex_unlock(&f->lock);
+        while (in) {
+            struct xfer *n = in->next;
+            in->next = f->waiting;
+            f->waiting = in;
+            in = n;
+        }
+        launch_ready(f);
+        int still = 0;
+        curl_multi_perform(f->multi, &still);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(f->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            struct xfer *x = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            on_done(f, x, m->data.result);
+        }
+        launch_ready(f);
+        int64_t t = next_timer(f), now = now_ms();
+        int timeout = 1000;
+        if (t != INT64_MAX)
+            timeout = t <= now ? 0 : (int)(t - now < 1000 ? t - now : 1000);
+        curl_multi_poll(f->multi, NULL, 0, timeout, NULL);
+    }
+    /* Shutdown: cancel whatever still runs or waits. */
+    while (f->run_head) {
+        struct xfer *x = f->run_head;
+        f->run_head = x->run_next;
+        curl_multi_remove_handle(f->multi, x->easy);
+        f->sessions[x->session].active--;
+        finish(f, x, false, 0, "canceled", "canceled at shutdown");
+    }
+    while (f->waiting) {
+        struct xfer *x = f->waiting;
+        f->waiting = x->next;
+        finish(f, x, false, 0, "canceled", "canceled at shutdown");
+    }
+    return NULL;
+}
+
+dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
+                   size_t errstr_size)
+{
+    struct fetch *f = calloc(1, sizeof(*f));
+    if (!f)
+        return DD_ERR_NOMEM;
+    f->cfg = cfg;
+    f->rnd = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull | 1;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->done_cond, NULL);
+    size_t n = cfg->proxy_exits.n ? cfg->proxy_exits.n : 1;
+    f->sessions = calloc(n, sizeof(*f->sessions));
+    f->n_sessions = n;
+    for (size_t i = 0; i < cfg->proxy_exits.n; i++) {
+        f->sessions[i].proxy = strdup(cfg->proxy_exits.v[i]);
+        snprintf(f->sessions[i].name, sizeof(f->sessions[i].name), "%s",
+                 cfg->proxy_exits.v[i]);
+    }
+    if (!cfg->proxy_exits.n)
+        snprintf(f->sessions[0].name, sizeof(f->sessions[0].name), "direct");
+    f->allow = calloc(cfg->fetch_allow_targets.n + 1, sizeof(*f->allow));
+    for (size_t i = 0; i < cfg->fetch_allow_targets.n; i++) {
+        if (!parse_cidr(cfg->fetch_allow_targets.v[i], &f->allow[i])) {
+            dd_errstr_set(errstr, errstr_size,
+                          "config: fetch.allow_targets: '%s' is not a CIDR",
+                          cfg->fetch_allow_targets.v[i]);
+            fetch_destroy(f);
+            return DD_ERR_INVAL;
+        }
+        f->n_allow++;
+    }
+    f->blocked = calloc(cfg->fetch_blocked_statuses.n + 1, sizeof(long));
+    for (size_t i = 0; i < cfg->fetch_blocked_statuses.n; i++)
+        f->blocked[f->n_blocked++] = strtol(cfg->fetch_blocked_statuses.v[i], NULL, 10);
+    f->multi = curl_multi_init();
+    if (!f->multi) {
+        dd_errstr_set(errstr, errstr_size, "curl_multi_init failed");
+        fetch_destroy(f);
+        return DD_ERR_FATAL;
+    }
+    curl_multi_setopt(f->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
+    if (pthread_create(&f->thread, NULL, fetch_main, f)) {
+        dd_errstr_set(errstr, errstr_size, "pthread_create failed");
+        fetch_destroy(f);
+        return DD_ERR_FATAL;
+    }
+    f->thread_started = true;
+    *out = f;
+    return DD_OK;
+}
+
+void fetch_destroy(struct fetch *f)
+{
+    if (!f)
+        return;
+    if (f->thread_started) {
+        atomic_store(&f->stop, true);
+        curl_multi_wakeup(f->multi);
+        pthread_join(f->thread, NULL);
+    }
+    if (f->multi)
+        curl_multi_cleanup(f->multi);
+    while (f->incoming) {
+        struct xfer *x = f->incoming;
+        f->incoming = x->next;
+        xfer_free(x);
+    }
+    for (size_t i = 0; i < f->done_n; i++)
+        fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
+    free(f->done);
+    for (size_t i = 0; i < f->n_sessions; i++)
+        free(f->sessions[i].proxy);
+    free(f->sessions);
+    free(f->allow);
+    free(f->blocked);
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->done_cond);
+    free(f);
+}
+
+dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
+{
+    struct xfer *x = calloc(1, sizeof(*x));
+    if (!x)
+        return DD_ERR_NOMEM;
+    x->f = f;
+    x->url = strdup(req->url);
+    x->orig_url = strdup(req->url);
+    x->method = strdup(req->method);
+    x->n_headers = req->n_headers;
+    x->hdr_names = calloc(req->n_headers + 1, sizeof(char *));
+    x->hdr_values = calloc(req->n_headers + 1, sizeof(char *));
+    for (size_t i = 0; i < req->n_headers; i++) {
+        x->hdr_names[i] = strdup(req->headers[i].name);
+        x->hdr_values[i] = strdup(req->headers[i].value);
+    }
+    if (req->body) {
+        x->body = malloc(req->body_len + 1);
+        memcpy(x->body, req->body, req->body_len);
+        x->body_len = req->body_len;
+    }
+    x->safe = req->safe;
+    x->deadline_ms = req->deadline_ms;
+    x->opaque = req->opaque;
+    x->session = -1;
+    pthread_mutex_lock(&f->lock);
+    x->next = f->incoming;
+    f->incoming = x;
+    f->inflight++;
+    pthread_mutex_unlock(&f->lock);
+    curl_multi_wakeup(f->multi);
+    return DD_OK;
+}
+
+struct fetch_result *fetch_take(struct fetch *f, int timeout_ms)
+{
+    struct fetch_result *r = NULL;
+    pthread_mutex_lock(&f->lock);
+    if (f->done_n == 0 && timeout_ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&f->done_cond, &f->lock, &ts);
+    }
+    if (f->done_n) {
+        r = f->done[f->done_head];
+        f->done_head = (f->done_head + 1) % f->done_cap;
+        f->done_n--;
+        f->inflight--;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+size_t fetch_inflight(struct fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    size_t n = f->inflight;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
+{
+    st->attempts = atomic_load(&f->st_attempts);
+    st->rotations = atomic_load(&f->st_rotations);
+    st->throttled = atomic_load(&f->st_throttled);
+    st->bytes = atomic_load(&f->st_bytes);
+    st->completed = atomic_load(&f->st_completed);
+    st->failed = atomic_load(&f->st_failed);
+}
+
+void fetch_result_destroy(struct fetch_result *r)
+{
+    if (!r)
+        return;
+    free(r->category);
+    free(r->error);
+    free(r->final_url);
+    free(r->content_type);
+    free(r->etag);
+    free(r->last_modified);
+    free(r->body);
+    free(r);
+}

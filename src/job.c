@@ -1,0 +1,1027 @@
+/*
+ * job.c - job payload -> validated struct job with its identity
+ * (DESIGN.md sections 2 and 3).  jansson stays inside this file.
+ *
+ * Decisions where the design is silent (also in job.h):
+ * - Unknown fields are refused, at the top level and in steps, with a hint
+ *   for a near miss ("job_kee" -> "did you mean 'job_key'?").
+ * - A field whose value is JSON null is treated as absent (producers that
+ *   serialize optional fields as null are common); "url": null without steps
+ *   is still "required".
+ * - A workflow job carries its requests in "steps" only: url, method,
+ *   headers, body and body_base64 next to "steps" are refused, since it would
+ *   be unclear which request they belong to.
+ * - Header names are compared case-insensitively: "Accept" and "accept" in one
+ *   object is refused.  Content-Length and Transfer-Encoding are refused:
+ *   libcurl frames the body, and a second framing is request smuggling.
+ * - Header values may not contain control characters other than HTAB (CR, LF
+ *   and NUL would inject headers); identity uses them trimmed of SP/HTAB, and
+ *   so do credential digests (HTTP ignores that whitespace on the wire).
+ * - "safe": GET and HEAD (every step's method, for a workflow) are safe by
+ *   default, anything else is not; an explicit "safe" wins either way (a GET
+ *   that triggers an action may be marked "safe": false).
+ * - CONNECT is refused as a method: it is not a fetch.
+ * - body_base64 is RFC 4648 base64 with the standard alphabet and '='
+ *   padding, without whitespace and with zero pad bits: anything else is
+ *   refused rather than guessed at.
+ * - scheduled_for: RFC 3339 date-time ('T' or 't', 'Z' or 'z' or a numeric
+ *   offset, "-00:00" read as UTC), at most 9 fractional digits, no leap
+ *   second; the result must stay within years 0000..9999.
+ * - The canonical request of a workflow job has "method", "url", "headers",
+ *   "credentials" and "body_sha256" set to null and its requests in "steps";
+ *   a plain job has "steps": null.  Every key is always present.
+ */
+#include "job.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "key.h"
+
+#define JOB_MAX_BYTES_DEFAULT ((size_t)1024 * 1024)
+#define JOB_STEPS_MAX 32
+#define JOB_KEY_MAX 256
+#define JOB_SCOPE_MAX 64
+#define JOB_DEADLINE_MAX_S 86400
+#define JOB_FIELD_NAME_MAX 48
+
+static const char *const builtin_credentials[] = {
+    "authorization", "cookie", "proxy-authorization", "x-api-key",
+};
+static const char *const default_variance[] = { "accept", "accept-language" };
+
+static const char *const job_fields[] = {
+    "url",         "method",        "headers",  "body",       "body_base64",
+    "job_key",     "scope",         "country",  "parser_version",
+    "scheduled_for", "rotation",    "steps",    "deadline_s", "meta",
+    "safe",        "replayable",
+};
+static const char *const step_fields[] = {
+    "url", "method", "headers", "body", "body_base64",
+};
+
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Set errstr and return DD_ERR_PERMANENT: the job is not valid data. */
+static dd_err_t invalid(char *errstr, size_t errstr_size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static dd_err_t invalid(char *errstr, size_t errstr_size, const char *fmt, ...)
+{
+    if (errstr && errstr_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errstr, errstr_size, fmt, ap);
+        va_end(ap);
+    }
+    return DD_ERR_PERMANENT;
+}
+
+static dd_err_t nomem(char *errstr, size_t errstr_size)
+{
+    dd_errstr_set(errstr, errstr_size, "job_parse: out of memory");
+    return DD_ERR_NOMEM;
+}
+
+/* ---- small validators --------------------------------------------------- */
+
+/* ASCII only, whatever the locale (key_global_init sets C.UTF-8). */
+static bool a_alpha(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+static bool a_alnum(unsigned char c)
+{
+    return a_alpha(c) || (c >= '0' && c <= '9');
+}
+
+/* RFC 9110 5.6.2 tchar */
+static bool is_tchar(unsigned char c)
+{
+    return a_alnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+static bool is_token(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!is_tchar((unsigned char)*s))
+            return false;
+    return true;
+}
+
+static bool has_ctl(const char *s, size_t len, bool allow_htab)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < 0x20 && !(allow_htab && c == '\t')) || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+static bool in_list(const char *name, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(name, list[i]) == 0)
+            return true;
+    return false;
+}
+
+#define JOB_ECHO_MAX 64
+
+/* Copy at most JOB_ECHO_MAX bytes of \p s for an error message, control
+ * characters replaced by '?': reasons travel in DLQ headers and logs. */
+static const char *echo(const char *s, char buf[JOB_ECHO_MAX + 1])
+{
+    size_t i = 0;
+    for (; s[i] && i < JOB_ECHO_MAX; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    buf[i] = '\0';
+    return buf;
+}
+
+/* Levenshtein distance, capped: only used for "did you mean" hints. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 32 || lb > 32)
+        return SIZE_MAX;
+    size_t row[33];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (tolower((unsigned char)a[i - 1]) !=
+                                  tolower((unsigned char)b[j - 1]));
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static dd_err_t check_unknown(json_t *obj, const char *const *known, size_t n,
+                              const char *where, char *errstr,
+                              size_t errstr_size)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v) {
+        /* field names are case-sensitive: "URL" is a typo, not a field */
+        bool exact = false;
+        for (size_t i = 0; i < n && !exact; i++)
+            exact = strcmp(k, known[i]) == 0;
+        if (exact)
+            continue;
+        const char *hint = NULL;
+        size_t best = 3;
+        for (size_t i = 0; i < n; i++) {
+            size_t d = edit_distance(k, known[i]);
+            if (d < best) {
+                best = d;
+                hint = known[i];
+            }
+        }
+        char e[JOB_ECHO_MAX + 1];
+        if (hint)
+            return invalid(errstr, errstr_size,
+                           "unknown field '%s%s' (did you mean '%s%s'?)",
+                           where, echo(k, e), where, hint);
+        return invalid(errstr, errstr_size, "unknown field '%s%s'", where,
+                       echo(k, e));
+    }
+    return DD_OK;
+}
+
+/* The value of field \p key, NULL when absent or JSON null. */
+static json_t *field(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = '\0';
+    }
+    return p;
+}
+
+/* ---- base64 (RFC 4648 section 4, strict) -------------------------------- */
+
+static int b64val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/*
+ * Validate first (EVP_DecodeBlock skips leading and trailing whitespace and
+ * does not report padding), then decode with EVP_DecodeBlock and subtract
+ * the padding from its length.
+ */
+static dd_err_t b64_decode(const char *s, size_t len, unsigned char **out,
+                           size_t *out_len, const char *fname, char *errstr,
+                           size_t errstr_size)
+{
+    size_t pad = 0;
+    if (len % 4 != 0 || len > INT_MAX)
+        goto bad;
+    if (len >= 4 && s[len - 1] == '=')
+        pad = s[len - 2] == '=' ? 2 : 1;
+    for (size_t i = 0; i < len - pad; i++)
+        if (b64val((unsigned char)s[i]) < 0)
+            goto bad;
+    /* the bits under the padding must be zero (canonical encoding) */
+    if (pad == 2 && (b64val((unsigned char)s[len - 3]) & 0x0f) != 0)
+        goto bad;
+    if (pad == 1 && (b64val((unsigned char)s[len - 2]) & 0x03) != 0)
+        goto bad;
+
+    unsigned char *buf = malloc(len / 4 * 3 + 1);
+    if (!buf)
+        return nomem(errstr, errstr_size);
+    int n = len ? EVP_DecodeBlock(buf, (const unsigned char *)s, (int)len) : 0;
+    if (n < 0 || (size_t)n < pad) {
+        free(buf);
+        goto bad;
+    }
+    *out_len = (size_t)n - pad;
+    buf[*out_len] = '\0';
+    *out = buf;
+    return DD_OK;
+bad:
+    return invalid(errstr, errstr_size,
+                   "field '%s': not valid base64 (RFC 4648 standard alphabet "
+                   "with '=' padding, no whitespace)",
+                   fname);
+}
+
+/* ---- RFC 3339 ----------------------------------------------------------- */
+
+static int ndigits(const char *s, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+static int days_in_month(int y, int m)
+{
+    static const int dim[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0))
+        return 29;
+    return dim[m - 1];
+}
+
+#define RFC3339_MAX 32 /* "YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ" + NUL */
+
+/* Normalize an RFC 3339 date-time to UTC 'Z' without trailing fractional
+ * zeros; returns NULL (ok) or the reason it is not one. */
+static const char *rfc3339_normalize(const char *s, char out[RFC3339_MAX])
+{
+    size_t len = strlen(s);
+    if (len < 19 || s[4] != '-' || s[7] != '-' ||
+        (s[10] != 'T' && s[10] != 't') || s[13] != ':' || s[16] != ':')
+        return "not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SSZ)";
+    int y = ndigits(s, 4), mo = ndigits(s + 5, 2), d = ndigits(s + 8, 2);
+    int h = ndigits(s + 11, 2), mi = ndigits(s + 14, 2);
+    int sec = ndigits(s + 17, 2);
+    if (y < 0 || mo < 0 || d < 0 || h < 0 || mi < 0 || sec < 0)
+        return "not an RFC 3339 date-time (YYYY-MM-DDTHH:MM:SSZ)";
+    if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 ||
+        mi > 59)
+        return "date or time out of range";
+    if (sec > 59)
+        return "leap seconds are not supported";
+
+    const char *p = s + 19;
+    char frac[10] = "";
+    if (*p == '.') {
+        size_t n = 0;
+        p++;
+        while (p[n] >= '0' && p[n] <= '9')
+            n++;
+        if (n == 0)
+            return "not an RFC 3339 date-time (digits must follow '.')";
+        if (n > 9)
+            return "more than 9 fractional digits";
+        memcpy(frac, p, n);
+        p += n;
+        while (n > 0 && frac[n - 1] == '0')
+            n--;
+        frac[n] = '\0';
+    }
+    int64_t off_s = 0;
+    if ((*p == 'Z' || *p == 'z') && p[1] == '\0') {
+        off_s = 0;
+    } else if ((*p == '+' || *p == '-') && strlen(p) == 6 && p[3] == ':') {
+        int oh = ndigits(p + 1, 2), om = ndigits(p + 4, 2);
+        if (oh < 0 || om < 0 || oh > 23 || om > 59)
+            return "time zone offset out of range";
+        off_s = (int64_t)oh * 3600 + om * 60;
+        if (*p == '-')
+            off_s = -off_s;
+    } else {
+        return "not an RFC 3339 date-time (time zone must be Z or +HH:MM)";
+    }
+
+    int64_t t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 +
+                h * 3600 + mi * 60 + sec - off_s;
+    int64_t days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
+    int64_t rem = t - days * 86400;
+    int64_t uy;
+    unsigned um, ud;
+    civil_from_days(days, &uy, &um, &ud);
+    if (uy < 0 || uy > 9999)
+        return "date out of range in UTC";
+    snprintf(out, RFC3339_MAX, "%04d-%02u-%02uT%02d:%02d:%02d%s%sZ", (int)uy,
+             um, ud, (int)(rem / 3600), (int)(rem / 60 % 60), (int)(rem % 60),
+             frac[0] ? "." : "", frac);
+    return NULL;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+static void request_fini(struct job_request *req)
+{
+    free(req->url);
+    free(req->normalized_url);
+    free(req->method);
+    for (size_t i = 0; i < req->n_headers; i++) {
+        free(req->headers[i].name);
+        free(req->headers[i].value);
+    }
+    free(req->headers);
+    free(req->body);
+    memset(req, 0, sizeof(*req));
+}
+
+static dd_err_t parse_headers(json_t *obj, const char *prefix,
+                              struct job_request *req, char *errstr,
+                              size_t errstr_size)
+{
+    if (!json_is_object(obj))
+        return invalid(errstr, errstr_size,
+                       "field '%sheaders': must be an object of strings",
+                       prefix);
+    size_t n = json_object_size(obj);
+    if (n == 0)
+        return DD_OK;
+    req->headers = calloc(n, sizeof(*req->headers));
+    if (!req->headers)
+        return nomem(errstr, errstr_size);
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v) {
+        char e[JOB_ECHO_MAX + 1];
+        if (!is_token(k))
+            return invalid(errstr, errstr_size,
+                           "field '%sheaders': header name '%s' is not an "
+                           "HTTP token",
+                           prefix, echo(k, e));
+        if (!json_is_string(v))
+            return invalid(errstr, errstr_size,
+                           "field '%sheaders': header '%.64s' must be a string",
+                           prefix, k);
+        const char *val = json_string_value(v);
+        size_t vlen = json_string_length(v);
+        if (has_ctl(val, vlen, true))
+            return invalid(errstr, errstr_size,
+                           "field '%sheaders': header '%.64s' contains a "
+                           "control character (CR, LF or NUL would inject "
+                           "headers)",
+                           prefix, k);
+        if (strcasecmp(k, "content-length") == 0 ||
+            strcasecmp(k, "transfer-encoding") == 0)
+            return invalid(errstr, errstr_size,
+                           "field '%sheaders': header '%.64s' is not allowed "
+                           "(libcurl frames the body)",
+                           prefix, k);
+        for (size_t i = 0; i < req->n_headers; i++)
+            if (strcasecmp(req->headers[i].name, k) == 0)
+                return invalid(errstr, errstr_size,
+                               "field '%sheaders': header '%.64s' is given "
+                               "twice (names are case-insensitive)",
+                               prefix, k);
+        struct job_header *h = &req->headers[req->n_headers];
+        h->name = strdup(k);
+        h->value = dup_n(val, vlen);
+        if (!h->name || !h->value) {
+            free(h->name);
+            free(h->value);
+            h->name = h->value = NULL;
+            return nomem(errstr, errstr_size);
+        }
+        req->n_headers++;
+    }
+    return DD_OK;
+}
+
+/* One request object: the job's own fields, or one step. */
+static dd_err_t parse_request(json_t *obj, const char *prefix,
+                              struct job_request *req, char *errstr,
+                              size_t errstr_size)
+{
+    dd_err_t err;
+    char fname[JOB_FIELD_NAME_MAX];
+    json_t *v;
+
+    /* url */
+    v = field(obj, "url");
+    if (!v)
+        return invalid(errstr, errstr_size, "field '%surl': required%s",
+                       prefix, prefix[0] ? "" : " (or give 'steps')");
+    if (!json_is_string(v))
+        return invalid(errstr, errstr_size, "field '%surl': must be a string",
+                       prefix);
+    req->url = strdup(json_string_value(v));
+    if (!req->url)
+        return nomem(errstr, errstr_size);
+    char why[DD_ERRSTR_SIZE] = "";
+    err = key_url_normalize(req->url, &req->normalized_url, why, sizeof(why));
+    if (err == DD_ERR_NOMEM)
+        return nomem(errstr, errstr_size);
+    if (err)
+        return invalid(errstr, errstr_size, "field '%surl': %s", prefix, why);
+
+    /* method */
+    v = field(obj, "method");
+    if (v && !json_is_string(v))
+        return invalid(errstr, errstr_size,
+                       "field '%smethod': must be a string", prefix);
+    const char *m = v ? json_string_value(v) : "GET";
+    if (!is_token(m) || strlen(m) > 32) {
+        char e[JOB_ECHO_MAX + 1];
+        return invalid(errstr, errstr_size,
+                       "field '%smethod': '%.32s' is not an HTTP method token",
+                       prefix, echo(m, e));
+    }
+    req->method = strdup(m);
+    if (!req->method)
+        return nomem(errstr, errstr_size);
+    for (char *p = req->method; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+    if (strcmp(req->method, "CONNECT") == 0)
+        return invalid(errstr, errstr_size,
+                       "field '%smethod': CONNECT is not a fetch", prefix);
+
+    /* headers */
+    v = field(obj, "headers");
+    if (v) {
+        err = parse_headers(v, prefix, req, errstr, errstr_size);
+        if (err)
+            return err;
+    }
+
+    /* body / body_base64 */
+    json_t *body = field(obj, "body");
+    json_t *b64 = field(obj, "body_base64");
+    if (body && b64)
+        return invalid(errstr, errstr_size,
+                       "fields '%sbody' and '%sbody_base64' are exclusive: "
+                       "give one",
+                       prefix, prefix);
+    if (body) {
+        if (!json_is_string(body))
+            return invalid(errstr, errstr_size,
+                           "field '%sbody': must be a string (use body_base64 "
+                           "for binary bodies)",
+                           prefix);
+        req->body_len = json_string_length(body);
+        req->body = (unsigned char *)dup_n(json_string_value(body),
+                                           req->body_len);
+        if (!req->body)
+            return nomem(errstr, errstr_size);
+    } else if (b64) {
+        snprintf(fname, sizeof(fname), "%sbody_base64", prefix);
+        if (!json_is_string(b64))
+            return invalid(errstr, errstr_size,
+                           "field '%s': must be a string", fname);
+        err = b64_decode(json_string_value(b64), json_string_length(b64),
+                         &req->body, &req->body_len, fname, errstr,
+                         errstr_size);
+        if (err)
+            return err;
+    }
+    return DD_OK;
+}
+
+static bool method_is_safe(const struct job_request *req)
+{
+    return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+}
+
+/* ---- top-level fields --------------------------------------------------- */
+
+static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
+                             size_t errstr_size)
+{
+    json_t *v;
+
+    v = field(root, "job_key");
+    if (v) {
+        if (!json_is_string(v))
+            return invalid(errstr, errstr_size,
+                           "field 'job_key': must be a string");
+        size_t n = json_string_length(v);
+        if (n < 1 || n > JOB_KEY_MAX)
+            return invalid(errstr, errstr_size,
+                           "field 'job_key': must be 1..%d bytes, not %zu",
+                           JOB_KEY_MAX, n);
+        if (has_ctl(json_string_value(v), n, false))
+            return invalid(errstr, errstr_size,
+                           "field 'job_key': contains a control character");
+        job->job_key = dup_n(json_string_value(v), n);
+        if (!job->job_key)
+            return nomem(errstr, errstr_size);
+    }
+
+    v = field(root, "scope");
+    const char *scope = "default";
+    if (v) {
+        if (!json_is_string(v))
+            return invalid(errstr, errstr_size,
+                           "field 'scope': must be a string");
+        scope = json_string_value(v);
+        size_t n = json_string_length(v);
+        bool ok = n >= 1 && n <= JOB_SCOPE_MAX;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = a_alnum((unsigned char)scope[i]) || scope[i] == '.' ||
+                 scope[i] == '_' || scope[i] == '-';
+        if (!ok)
+            return invalid(errstr, errstr_size,
+                           "field 'scope': must match [A-Za-z0-9._-]{1,64}");
+    }
+    job->scope = strdup(scope);
+    if (!job->scope)
+        return nomem(errstr, errstr_size);
+
+    v = field(root, "country");
+    if (v) {
+        const char *c = json_is_string(v) ? json_string_value(v) : NULL;
+        if (!c || json_string_length(v) != 2 || !a_alpha((unsigned char)c[0]) ||
+            !a_alpha((unsigned char)c[1]))
+            return invalid(errstr, errstr_size,
+                           "field 'country': must be an ISO 3166-1 alpha-2 "
+                           "code (two letters)");
+        job->country = malloc(3);
+        if (!job->country)
+            return nomem(errstr, errstr_size);
+        job->country[0] = (char)toupper((unsigned char)c[0]);
+        job->country[1] = (char)toupper((unsigned char)c[1]);
+        job->country[2] = '\0';
+    }
+
+    v = field(root, "parser_version");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return invalid(errstr, errstr_size,
+                           "field 'parser_version': must be an integer >= 0");
+        job->parser_version = (int64_t)json_integer_value(v);
+    }
+
+    v = field(root, "scheduled_for");
+    if (v) {
+        char norm[RFC3339_MAX];
+        const char *why = json_is_string(v)
+                              ? rfc3339_normalize(json_string_value(v), norm)
+                              : "must be an RFC 3339 date-time string";
+        if (why)
+            return invalid(errstr, errstr_size, "field 'scheduled_for': %s",
+                           why);
+        job->scheduled_for = strdup(norm);
+        if (!job->scheduled_for)
+            return nomem(errstr, errstr_size);
+    }
+
+    v = field(root, "rotation");
+    if (v) {
+        const char *r = json_is_string(v) ? json_string_value(v) : "";
+        if (strcmp(r, "sticky") != 0 && strcmp(r, "timed") != 0 &&
+            strcmp(r, "per_request") != 0)
+            return invalid(errstr, errstr_size,
+                           "field 'rotation': must be sticky, timed or "
+                           "per_request");
+        job->rotation = strdup(r);
+        if (!job->rotation)
+            return nomem(errstr, errstr_size);
+    }
+
+    v = field(root, "deadline_s");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > JOB_DEADLINE_MAX_S)
+            return invalid(errstr, errstr_size,
+                           "field 'deadline_s': must be an integer 1..%d",
+                           JOB_DEADLINE_MAX_S);
+        job->deadline_s = (int64_t)json_integer_value(v);
+    }
+
+    v = field(root, "meta");
+    if (v) {
+        if (!json_is_object(v))
+            return invalid(errstr, errstr_size,
+                           "field 'meta': must be an object");
+        job->meta_json = json_dumps(v, JSON_COMPACT);
+        if (!job->meta_json)
+            return nomem(errstr, errstr_size);
+    }
+
+    v = field(root, "replayable");
+    if (v) {
+        if (!json_is_boolean(v))
+            return invalid(errstr, errstr_size,
+                           "field 'replayable': must be true or false");
+        job->replayable = json_is_true(v);
+    }
+    return DD_OK;
+}
+
+/* ---- identity ----------------------------------------------------------- */
+
+static const char *trimmed(const char *s, size_t *len)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    *len = n;
+    return s;
+}
+
+static char *lower_dup(const char *s)
+{
+    char *p = strdup(s);
+    if (p)
+        for (char *q = p; *q; q++)
+            *q = (char)tolower((unsigned char)*q);
+    return p;
+}
+
+/* Set \p key of \p obj to a new reference \p v (stolen); false on NOMEM. */
+static bool put(json_t *obj, const char *key, json_t *v)
+{
+    return v && json_object_set_new(obj, key, v) == 0;
+}
+
+static bool is_variance_header(const struct job_conf *conf, const char *name)
+{
+    if (!conf->variance_headers)
+        return in_list(name, default_variance, NELEM(default_variance));
+    return in_list(name, conf->variance_headers, conf->n_variance_headers);
+}
+
+/* {method, url, headers, credentials, body_sha256} of one request. */
+static json_t *canonical_request(const struct job_conf *conf,
+                                 const struct job_request *req)
+{
+    json_t *o = json_object(), *hdrs = json_object(), *creds = json_object();
+    char hex[KEY_HEX_LEN + 1];
+    bool ok = o && hdrs && creds;
+
+    for (size_t i = 0; ok && i < req->n_headers; i++) {
+        const struct job_header *h = &req->headers[i];
+        size_t vlen;
+        const char *val = trimmed(h->value, &vlen);
+        char *lname = lower_dup(h->name);
+        if (!lname) {
+            ok = false;
+            break;
+        }
+        if (job_is_credential_header(conf, h->name)) {
+            /* never the raw value: its digest, so two accounts never merge */
+            key_sha256_hex(val, vlen, hex);
+            ok = put(creds, lname, json_string(hex));
+        } else if (is_variance_header(conf, h->name)) {
+            ok = put(hdrs, lname, json_stringn(val, vlen));
+        }
+        free(lname);
+    }
+    key_sha256_hex(req->body ? (const void *)req->body : "", req->body_len,
+                   hex);
+    ok = ok && put(o, "method", json_string(req->method)) &&
+         put(o, "url", json_string(req->normalized_url));
+    ok = ok && json_object_set(o, "headers", hdrs) == 0 &&
+         json_object_set(o, "credentials", creds) == 0 &&
+         put(o, "body_sha256", json_string(hex));
+    json_decref(hdrs);
+    json_decref(creds);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
+                                char *errstr, size_t errstr_size)
+{
+    json_t *root = json_object();
+    bool ok = root != NULL;
+
+    ok = ok && put(root, "v", json_integer(1));
+    if (ok && job->steps) {
+        json_t *steps = json_array();
+        ok = steps != NULL;
+        for (size_t i = 0; ok && i < job->n_steps; i++) {
+            json_t *s = canonical_request(conf, &job->steps[i]);
+            ok = s && json_array_append_new(steps, s) == 0;
+        }
+        if (ok)
+            ok = put(root, "steps", steps); /* steals steps, even on error */
+        else
+            json_decref(steps);
+        static const char *const nulls[] = { "method", "url", "headers",
+                                             "credentials", "body_sha256" };
+        for (size_t i = 0; ok && i < NELEM(nulls); i++)
+            ok = put(root, nulls[i], json_null());
+    } else if (ok) {
+        json_t *r = canonical_request(conf, &job->req);
+        ok = r && json_object_update(root, r) == 0;
+        json_decref(r);
+        ok = ok && put(root, "steps", json_null());
+    }
+    ok = ok &&
+         put(root, "country",
+             job->country ? json_string(job->country) : json_null()) &&
+         put(root, "parser_version", json_integer(job->parser_version)) &&
+         put(root, "scheduled_for", job->scheduled_for
+                                        ? json_string(job->scheduled_for)
+                                        : json_null());
+    if (ok)
+        job->canonical = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(root);
+    if (!ok || !job->canonical)
+        return nomem(errstr, errstr_size);
+
+    key_sha256_hex(job->canonical, strlen(job->canonical), job->request_hash);
+    if (job->job_key)
+        snprintf(job->op_id, sizeof(job->op_id), "%s:%s", job->scope,
+                 job->job_key);
+    else
+        memcpy(job->op_id, job->request_hash, sizeof(job->request_hash));
+    key_event_key(job->op_id, job->request_hash, job->event_key);
+    return DD_OK;
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+static dd_err_t load_error(const json_error_t *je, char *errstr,
+                           size_t errstr_size)
+{
+    switch (json_error_code(je)) {
+    case json_error_out_of_memory:
+        return nomem(errstr, errstr_size);
+    case json_error_invalid_utf8:
+        return invalid(errstr, errstr_size,
+                       "payload is not valid UTF-8 (near byte %d)",
+                       je->position);
+    case json_error_null_character:
+    case json_error_null_byte_in_key:
+        return invalid(errstr, errstr_size,
+                       "payload contains a NUL character (\\u0000) at line "
+                       "%d column %d; send binary bodies as body_base64",
+                       je->line, je->column);
+    case json_error_duplicate_key:
+        return invalid(errstr, errstr_size,
+                       "payload has a duplicate object key at line %d column "
+                       "%d",
+                       je->line, je->column);
+    default: {
+        /* the text may quote the offending bytes: no control characters */
+        char text[JSON_ERROR_TEXT_LENGTH];
+        size_t i = 0;
+        for (; je->text[i] && i < sizeof(text) - 1; i++) {
+            unsigned char c = (unsigned char)je->text[i];
+            text[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+        }
+        text[i] = '\0';
+        return invalid(errstr, errstr_size,
+                       "payload is not valid JSON: %s at line %d column %d",
+                       text, je->line, je->column);
+    }
+    }
+}
+
+dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
+                   struct job **out, char *errstr, size_t errstr_size)
+{
+    dd_err_t err;
+    json_t *root = NULL;
+    json_error_t je;
+    struct job *job = NULL;
+    size_t max = conf->max_job_bytes ? conf->max_job_bytes
+                                     : JOB_MAX_BYTES_DEFAULT;
+
+    *out = NULL;
+    if (len > max) {
+        err = invalid(errstr, errstr_size,
+                      "payload is %zu bytes, over limits.max_job_bytes (%zu)",
+                      len, max);
+        goto out;
+    }
+    root = json_loadb(payload, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                      &je);
+    if (!root) {
+        err = load_error(&je, errstr, errstr_size);
+        goto out;
+    }
+    if (!json_is_object(root)) {
+        err = invalid(errstr, errstr_size, "payload must be a JSON object");
+        goto out;
+    }
+    err = check_unknown(root, job_fields, NELEM(job_fields), "", errstr,
+                        errstr_size);
+    if (err)
+        goto out;
+
+    job = calloc(1, sizeof(*job));
+    if (!job) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+
+    json_t *steps = field(root, "steps");
+    if (steps) {
+        static const char *const req_fields[] = { "url", "method", "headers",
+                                                  "body", "body_base64" };
+        for (size_t i = 0; i < NELEM(req_fields); i++) {
+            if (field(root, req_fields[i])) {
+                err = invalid(errstr, errstr_size,
+                              "field '%s': not allowed with 'steps' (each "
+                              "step carries its own request)",
+                              req_fields[i]);
+                goto out;
+            }
+        }
+        size_t n = json_is_array(steps) ? json_array_size(steps) : 0;
+        if (n < 1 || n > JOB_STEPS_MAX) {
+            err = invalid(errstr, errstr_size,
+                          "field 'steps': must be an array of 1..%d request "
+                          "objects",
+                          JOB_STEPS_MAX);
+            goto out;
+        }
+        job->steps = calloc(n, sizeof(*job->steps));
+        if (!job->steps) {
+            err = nomem(errstr, errstr_size);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char prefix[JOB_FIELD_NAME_MAX];
+            json_t *s = json_array_get(steps, i);
+            snprintf(prefix, sizeof(prefix), "steps[%zu].", i);
+            if (!json_is_object(s)) {
+                err = invalid(errstr, errstr_size,
+                              "field 'steps[%zu]': must be a request object",
+                              i);
+                goto out;
+            }
+            err = check_unknown(s, step_fields, NELEM(step_fields), prefix,
+                                errstr, errstr_size);
+            if (err)
+                goto out;
+            /* counted before parsing so job_destroy frees a partial step */
+            job->n_steps = i + 1;
+            err = parse_request(s, prefix, &job->steps[i], errstr,
+                                errstr_size);
+            if (err)
+                goto out;
+        }
+        /* req is a shallow copy of steps[0]: it borrows its pointers */
+        job->req = job->steps[0];
+    } else {
+        err = parse_request(root, "", &job->req, errstr, errstr_size);
+        if (err)
+            goto out;
+    }
+
+    err = parse_fields(root, job, errstr, errstr_size);
+    if (err)
+        goto out;
+
+    json_t *safe = field(root, "safe");
+    if (safe && !json_is_boolean(safe)) {
+        err = invalid(errstr, errstr_size,
+                      "field 'safe': must be true or false");
+        goto out;
+    }
+    if (safe) {
+        job->safe = json_is_true(safe);
+    } else if (job->steps) {
+        job->safe = true;
+        for (size_t i = 0; i < job->n_steps; i++)
+            job->safe = job->safe && method_is_safe(&job->steps[i]);
+    } else {
+        job->safe = method_is_safe(&job->req);
+    }
+
+    err = derive_identity(conf, job, errstr, errstr_size);
+    if (err)
+        goto out;
+    *out = job;
+    job = NULL;
+
+out:
+    job_destroy(job);
+    json_decref(root);
+    return err;
+}
+
+void job_destroy(struct job *job)
+{
+    if (!job)
+        return;
+    if (job->steps) {
+        /* req is a shallow copy of steps[0]: freed through steps only */
+        for (size_t i = 0; i < job->n_steps; i++)
+            request_fini(&job->steps[i]);
+        free(job->steps);
+    } else {
+        request_fini(&job->req);
+    }
+    free(job->job_key);
+    free(job->scope);
+    free(job->country);
+    free(job->scheduled_for);
+    free(job->rotation);
+    free(job->meta_json);
+    free(job->canonical);
+    free(job);
+}
+
+const char *job_header_get(const struct job_request *req, const char *name)
+{
+    for (size_t i = 0; i < req->n_headers; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0)
+            return req->headers[i].value;
+    return NULL;
+}
+
+bool job_is_credential_header(const struct job_conf *conf, const char *name)
+{
+    if (in_list(name, builtin_credentials, NELEM(builtin_credentials)))
+        return true;
+    return conf && conf->credential_headers &&
+           in_list(name, conf->credential_headers, conf->n_credential_headers);
+}

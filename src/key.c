@@ -1,0 +1,501 @@
+/*
+ * key.c - identity primitives: URL normalization (on top of libcurl's CURLU
+ * parser) and SHA-256 hex digests (OpenSSL EVP).
+ *
+ * libcurl 7.88 parses but hardly normalizes (it lower-cases the scheme only,
+ * keeps default ports, the fragment and escapes as given), so the rules of
+ * DESIGN.md section 2 are applied here, in the order of RFC 3986 6.2.2:
+ *
+ *   1. case: scheme and host lower-cased (host after IDN -> punycode with
+ *      CURLU_PUNYCODE); percent-encoding hex upper-cased; path and query case
+ *      kept.
+ *   2. percent-encoding: an escape of an unreserved character (ALPHA DIGIT
+ *      - . _ ~) is decoded; every other escape is kept (%25 %23 %2F %3B %26
+ *      %3D...).  Bytes that may not appear raw in a URI (non-ASCII, space,
+ *      controls, " < > \ ^ ` { | }) are encoded, so "/é" and "/%C3%A9" are one
+ *      key.  A '%' that does not start a valid escape is encoded as %25: a
+ *      lenient server reads it as a literal '%', and leaving it would make
+ *      "%%341" decode into a new escape on a second pass (not idempotent).
+ *   3. dot segments removed (RFC 3986 5.2.4) after step 2, so "%2E%2E" counts
+ *      as "..".  CURLU is told CURLU_PATH_AS_IS so that it does not remove them
+ *      first, on the undecoded path.
+ *   4. scheme-based: default port dropped (CURLU_NO_DEFAULT_PORT, scheme
+ *      aware: https://x:80 keeps :80), an empty port dropped, an empty path
+ *      becomes "/".
+ *   5. the fragment is dropped, an empty query ("?") is dropped, and query
+ *      parameters ('&'-separated) are stable-sorted by name (the bytes before
+ *      the first '=', after step 2), so repeated names keep their order and
+ *      "a" and "a=" stay distinct.
+ *
+ * Refused (DD_ERR_PERMANENT): schemes other than http/https, a missing "//"
+ * authority, userinfo (credentials go in headers), an IPv6 zone id, port 0,
+ * anything CURLU refuses (spaces, bad host, bad port...).
+ */
+#include "key.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <locale.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Growable string; oom is sticky so appends can be chained and checked once. */
+struct sbuf {
+    char *p;
+    size_t len;
+    size_t cap;
+    bool oom;
+};
+
+static void sbuf_putn(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sbuf_puts(struct sbuf *b, const char *s)
+{
+    sbuf_putn(b, s, strlen(s));
+}
+
+static void sbuf_putc(struct sbuf *b, char c)
+{
+    sbuf_putn(b, &c, 1);
+}
+
+static int hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* RFC 3986 2.3 unreserved. */
+static bool is_unreserved(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+           c == '~';
+}
+
+/* Bytes that may not appear raw in a URI path or query (RFC 3986 3.3, 3.4):
+ * everything outside unreserved / sub-delims / ":" "@" "/" "?" and '%'. */
+static bool must_encode(unsigned char c)
+{
+    if (c <= 0x20 || c >= 0x7f)
+        return true;
+    return strchr("\"<>\\^`{|}#[]", c) != NULL;
+}
+
+static void put_escape(struct sbuf *b, unsigned char c)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char e[3] = { '%', hex[c >> 4], hex[c & 0x0f] };
+    sbuf_putn(b, e, 3);
+}
+
+/* Step 2 (and the hex case of step 1) on a path or a query. */
+static void pct_normalize(struct sbuf *b, const char *s)
+{
+    for (size_t i = 0; s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '%') {
+            int hi = hexval((unsigned char)s[i + 1]);
+            int lo = hi < 0 ? -1 : hexval((unsigned char)s[i + 2]);
+            if (hi < 0 || lo < 0) {
+                put_escape(b, '%'); /* stray '%': a literal percent sign */
+                continue;
+            }
+            unsigned char v = (unsigned char)(hi << 4 | lo);
+            if (is_unreserved(v))
+                sbuf_putc(b, (char)v);
+            else
+                put_escape(b, v);
+            i += 2;
+        } else if (must_encode(c)) {
+            put_escape(b, c);
+        } else {
+            sbuf_putc(b, (char)c);
+        }
+    }
+}
+
+/* Drop the last segment (and its leading '/') of the output buffer. */
+static void drop_last_segment(struct sbuf *out)
+{
+    while (out->len > 0 && out->p[out->len - 1] != '/')
+        out->len--;
+    if (out->len > 0)
+        out->len--;
+    if (out->p)
+        out->p[out->len] = '\0';
+}
+
+/* RFC 3986 5.2.4 remove_dot_segments, \p in NUL-terminated. */
+static void remove_dot_segments(struct sbuf *out, const char *in)
+{
+    while (*in) {
+        if (strncmp(in, "../", 3) == 0) {
+            in += 3;                                    /* A */
+        } else if (strncmp(in, "./", 2) == 0) {
+            in += 2;                                    /* A */
+        } else if (strncmp(in, "/./", 3) == 0) {
+            in += 2;                                    /* B: "/./" -> "/" */
+        } else if (strcmp(in, "/.") == 0) {
+            in += 2;                                    /* B: "/." -> "/" */
+            sbuf_putc(out, '/');
+        } else if (strncmp(in, "/../", 4) == 0) {
+            in += 3;                                    /* C */
+            drop_last_segment(out);
+        } else if (strcmp(in, "/..") == 0) {
+            in += 3;                                    /* C */
+            drop_last_segment(out);
+            sbuf_putc(out, '/');
+        } else if (strcmp(in, ".") == 0 || strcmp(in, "..") == 0) {
+            in += strlen(in);                           /* D */
+        } else {
+            size_t n = (*in == '/') ? 1 : 0;            /* E */
+            while (in[n] && in[n] != '/')
+                n++;
+            sbuf_putn(out, in, n);
+            in += n;
+        }
+    }
+}
+
+/* One query parameter: a slice of the normalized query. */
+struct qparam {
+    const char *s;
+    size_t len;
+    size_t name_len;
+    size_t idx;
+};
+
+static int qparam_cmp(const void *a, const void *b)
+{
+    const struct qparam *x = a, *y = b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->s, y->s, n);
+    if (c)
+        return c;
+    if (x->name_len != y->name_len)
+        return x->name_len < y->name_len ? -1 : 1;
+    /* equal names keep their submitted order: a stable sort */
+    return x->idx < y->idx ? -1 : (x->idx > y->idx ? 1 : 0);
+}
+
+/* Step 5 on a percent-normalized, non-empty query. */
+static dd_err_t sort_query(struct sbuf *out, const char *q)
+{
+    size_t n = 1;
+    for (const char *p = q; *p; p++)
+        if (*p == '&')
+            n++;
+    struct qparam *v = calloc(n, sizeof(*v));
+    if (!v)
+        return DD_ERR_NOMEM;
+    const char *p = q;
+    for (size_t i = 0; i < n; i++) {
+        const char *amp = strchr(p, '&');
+        size_t len = amp ? (size_t)(amp - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        v[i].s = p;
+        v[i].len = len;
+        v[i].name_len = eq ? (size_t)(eq - p) : len;
+        v[i].idx = i;
+        p += len + (amp ? 1 : 0);
+    }
+    qsort(v, n, sizeof(*v), qparam_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            sbuf_putc(out, '&');
+        sbuf_putn(out, v[i].s, v[i].len);
+    }
+    free(v);
+    return DD_OK;
+}
+
+/* ASCII letters, whatever the locale. */
+static bool is_alpha(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z');
+}
+
+/*
+ * Checks CURLU does not do for us: a scheme we support, written as
+ * "scheme://" followed by an authority (curl accepts "http:/x" and "http:///x"
+ * and turns them into host "x", which is not what the submitter meant).
+ */
+static dd_err_t check_scheme(const char *url, char *errstr,
+                             size_t errstr_size)
+{
+    size_t n = 0;
+    if (!is_alpha((unsigned char)url[0])) {
+        dd_errstr_set(errstr, errstr_size,
+                      "not an absolute URL (no scheme)");
+        return DD_ERR_PERMANENT;
+    }
+    while (is_alpha((unsigned char)url[n]) ||
+           (url[n] >= '0' && url[n] <= '9') || url[n] == '+' ||
+           url[n] == '-' || url[n] == '.')
+        n++;
+    if (url[n] != ':') {
+        dd_errstr_set(errstr, errstr_size,
+                      "not an absolute URL (no scheme)");
+        return DD_ERR_PERMANENT;
+    }
+    bool http = n == 4 && strncasecmp(url, "http", 4) == 0;
+    bool https = n == 5 && strncasecmp(url, "https", 5) == 0;
+    if (!http && !https) {
+        dd_errstr_set(errstr, errstr_size, "scheme '%.*s' is not http or https",
+                      (int)(n > 40 ? 40 : n), url);
+        return DD_ERR_PERMANENT;
+    }
+    if (strncmp(url + n + 1, "//", 2) != 0 || url[n + 3] == '/' ||
+        url[n + 3] == '\0') {
+        dd_errstr_set(errstr, errstr_size,
+                      "expected '//' and a host after '%.*s:'", (int)n, url);
+        return DD_ERR_PERMANENT;
+    }
+    return DD_OK;
+}
+
+static dd_err_t curlu_error(CURLUcode rc, char *errstr, size_t errstr_size)
+{
+    switch (rc) {
+    case CURLUE_OK:
+        return DD_OK;
+    case CURLUE_OUT_OF_MEMORY:
+        dd_errstr_set(errstr, errstr_size, "curl_url_set: out of memory");
+        return DD_ERR_NOMEM;
+    case CURLUE_USER_NOT_ALLOWED:
+        dd_errstr_set(errstr, errstr_size,
+                      "userinfo (user:pass@) is refused: credentials go in "
+                      "headers");
+        return DD_ERR_PERMANENT;
+    default:
+        dd_errstr_set(errstr, errstr_size, "malformed URL: %s",
+                      curl_url_strerror(rc));
+        return DD_ERR_PERMANENT;
+    }
+}
+
+static dd_err_t nomem(char *errstr, size_t errstr_size)
+{
+    dd_errstr_set(errstr, errstr_size, "URL normalization: out of memory");
+    return DD_ERR_NOMEM;
+}
+
+dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
+                           size_t errstr_size)
+{
+    dd_err_t err;
+    CURLU *h = NULL;
+    char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL;
+    char *query = NULL, *zone = NULL, *user = NULL;
+    struct sbuf pct = { 0 }, dots = { 0 }, res = { 0 };
+
+    *out = NULL;
+    err = check_scheme(url, errstr, errstr_size);
+    if (err)
+        goto out;
+
+    h = curl_url();
+    if (!h) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    err = curlu_error(curl_url_set(h, CURLUPART_URL, url,
+                                   CURLU_PATH_AS_IS | CURLU_DISALLOW_USER),
+                      errstr, errstr_size);
+    if (err)
+        goto out;
+    /* CURLU_DISALLOW_USER already refuses "user@"; belt and braces. */
+    if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK) {
+        err = curlu_error(CURLUE_USER_NOT_ALLOWED, errstr, errstr_size);
+        goto out;
+    }
+    err = curlu_error(curl_url_get(h, CURLUPART_SCHEME, &scheme, 0), errstr,
+                      errstr_size);
+    if (err)
+        goto out;
+
+    CURLUcode rc = curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE);
+    if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME) {
+        err = DD_ERR_PERMANENT;
+        dd_errstr_set(errstr, errstr_size,
+                      "host is not a valid internationalized domain name");
+        goto out;
+    }
+    err = curlu_error(rc, errstr, errstr_size);
+    if (err)
+        goto out;
+    if (host[0] == '\0') {
+        err = DD_ERR_PERMANENT;
+        dd_errstr_set(errstr, errstr_size, "empty host");
+        goto out;
+    }
+    if (curl_url_get(h, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
+        err = DD_ERR_PERMANENT;
+        dd_errstr_set(errstr, errstr_size, "IPv6 zone id is not allowed");
+        goto out;
+    }
+
+    /* Scheme-aware: no port when it is the scheme's default or empty. */
+    rc = curl_url_get(h, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT);
+    if (rc != CURLUE_OK && rc != CURLUE_NO_PORT) {
+        err = curlu_error(rc, errstr, errstr_size);
+        goto out;
+    }
+    if (port && strcmp(port, "0") == 0) {
+        err = DD_ERR_PERMANENT;
+        dd_errstr_set(errstr, errstr_size, "port 0 is not a valid port");
+        goto out;
+    }
+
+    err = curlu_error(curl_url_get(h, CURLUPART_PATH, &path, 0), errstr,
+                      errstr_size);
+    if (err)
+        goto out;
+    rc = curl_url_get(h, CURLUPART_QUERY, &query, 0);
+    if (rc != CURLUE_OK && rc != CURLUE_NO_QUERY) {
+        err = curlu_error(rc, errstr, errstr_size);
+        goto out;
+    }
+
+    /* scheme://host[:port] */
+    for (char *p = scheme; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    for (char *p = host; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    sbuf_puts(&res, scheme);
+    sbuf_puts(&res, "://");
+    sbuf_puts(&res, host);
+    if (port) {
+        sbuf_putc(&res, ':');
+        sbuf_puts(&res, port);
+    }
+
+    /* path: percent-encoding, then dot segments, then "" -> "/" */
+    pct_normalize(&pct, path);
+    if (pct.oom) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    remove_dot_segments(&dots, pct.p ? pct.p : "");
+    if (dots.oom) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    sbuf_puts(&res, dots.len ? dots.p : "/");
+
+    /* query: percent-encoding, then the stable sort by name */
+    if (query && query[0] != '\0') {
+        pct.len = 0;
+        pct_normalize(&pct, query);
+        if (pct.oom) {
+            err = nomem(errstr, errstr_size);
+            goto out;
+        }
+        sbuf_putc(&res, '?');
+        err = sort_query(&res, pct.p);
+        if (err) {
+            err = nomem(errstr, errstr_size);
+            goto out;
+        }
+    }
+    if (res.oom) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    *out = res.p;
+    res.p = NULL;
+    err = DD_OK;
+
+out:
+    free(res.p);
+    free(dots.p);
+    free(pct.p);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_free(path);
+    curl_free(query);
+    curl_free(zone);
+    curl_free(user);
+    curl_url_cleanup(h);
+    return err;
+}
+
+void key_global_init(void)
+{
+    /* CURLU_PUNYCODE converts the host from the locale's charset (libidn2):
+     * under the "C" locale every non-ASCII host would be refused. */
+    if (!setlocale(LC_CTYPE, "C.UTF-8"))
+        (void)setlocale(LC_CTYPE, "C.utf8");
+}
+
+static void to_hex(const unsigned char *md, size_t n, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 0x0f];
+    }
+    out[2 * n] = '\0';
+}
+
+void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    /* EVP_Digest fails only when OpenSSL cannot allocate its context.  There
+     * is no safe fallback value for an identity hash (a constant would merge
+     * unrelated jobs), so stop. */
+    if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 ||
+        mdlen != KEY_HEX_LEN / 2)
+        abort();
+    to_hex(md, mdlen, out);
+}
+
+void key_event_key(const char *op_id, const char *request_hash,
+                   char out[KEY_HEX_LEN + 1])
+{
+    static const char prefix[] = "result:v1:";
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    /* As in key_sha256_hex: no safe fallback for an identity hash. */
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
+        EVP_DigestUpdate(ctx, prefix, sizeof(prefix) - 1) != 1 ||
+        EVP_DigestUpdate(ctx, op_id, strlen(op_id)) != 1 ||
+        EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
+        EVP_DigestUpdate(ctx, request_hash, strlen(request_hash)) != 1 ||
+        EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != KEY_HEX_LEN / 2)
+        abort();
+    EVP_MD_CTX_free(ctx);
+    to_hex(md, mdlen, out);
+}

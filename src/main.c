@@ -1,0 +1,659 @@
+/* dedupd command line.  Only main.c exits.  Exit codes:
+ *   0  success
+ *   1  runtime failure (Kafka, store, I/O)
+ *   2  usage or configuration error
+ *   3  submit: some input lines were not valid jobs (they were not sent)
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <librdkafka/rdkafka.h>
+#include <curl/curl.h>
+#include <rocksdb/c.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "consumer.h"
+#include "job.h"
+#include "kconf.h"
+#include "key.h"
+#include "log.h"
+#include "producer.h"
+#include "store.h"
+
+extern char **environ;
+
+#define EXIT_RUNTIME 1
+#define EXIT_USAGE 2
+#define EXIT_INVALID_INPUT 3
+
+static volatile sig_atomic_t run = 1;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    run = 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *usage_text =
+    "usage: dedupd COMMAND [options]\n"
+    "\n"
+    "commands:\n"
+    "  run     -c FILE [--shadow] [--exit-when-idle MS] [--stats-json]\n"
+    "          consume jobs, claim, fetch once, publish results\n"
+    "  submit  -c FILE [--allow-invalid] [JOBS.ndjson|-]\n"
+    "          produce jobs keyed by op_id; prints one JSON receipt per job\n"
+    "  tail    -c FILE [--exit-when-idle MS] [--from-beginning]\n"
+    "          print each result once (drops event_keys already seen)\n"
+    "  key     [-c FILE] JOB.json|-   show canonical request, op_id, hashes\n"
+    "  topics  -c FILE [--partitions N]   create the configured topics\n"
+    "  config  -c FILE --dump | --doc\n"
+    "  version\n"
+    "\n"
+    "Configuration: -c FILE (JSON), then DEDUPD_* environment variables.\n"
+    "Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error,\n"
+    "3 submit found invalid jobs (not sent).\n";
+
+static void usage(FILE *fp)
+{
+    fputs(usage_text, fp);
+}
+
+static struct cfg *load_cfg(const char *path)
+{
+    struct cfg *cfg = NULL;
+    char e[DD_ERRSTR_SIZE];
+    if (cfg_load(path, environ, &cfg, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        return NULL;
+    }
+    log_configure(log_level_parse(cfg->log_level), cfg->log_debug);
+    if (!cfg->instance_id[0]) {
+        const char *pod = getenv("POD_NAME");
+        char host[256] = "dedupd";
+        if (!pod || !*pod) {
+            gethostname(host, sizeof(host) - 1);
+            pod = host;
+        }
+        free(cfg->instance_id);
+        cfg->instance_id = strdup(pod);
+    }
+    return cfg;
+}
+
+static void job_conf_from(const struct cfg *cfg, struct job_conf *jc)
+{
+    memset(jc, 0, sizeof(*jc));
+    jc->variance_headers = (const char *const *)cfg->identity_variance_headers.v;
+    jc->n_variance_headers = cfg->identity_variance_headers.n;
+    jc->credential_headers = (const char *const *)cfg->identity_credential_headers.v;
+    jc->n_credential_headers = cfg->identity_credential_headers.n;
+    jc->max_job_bytes = (size_t)cfg->limits_max_job_bytes;
+}
+
+/* ---- run ----------------------------------------------------------------- */
+
+static int cmd_run(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"config", required_argument, 0, 'c'},
+        {"shadow", no_argument, 0, 's'},
+        {"exit-when-idle", required_argument, 0, 'i'},
+        {"stats-json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *path = NULL;
+    struct consumer_opts opts = {.run = &run};
+    bool stats_json = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 's': opts.shadow = true; break;
+        case 'i': opts.exit_when_idle_ms = strtoll(optarg, NULL, 10); break;
+        case 'j': stats_json = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    if (opts.shadow) {
+        /* Shadow mode never touches live state: its own store, group and
+         * topics under "shadow.". */
+        char buf[1024];
+        char **fields[] = {&cfg->topic_results, &cfg->topic_conflicts,
+                           &cfg->topic_dlq, &cfg->group_id};
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+            snprintf(buf, sizeof(buf), "shadow.%s", *fields[i]);
+            free(*fields[i]);
+            *fields[i] = strdup(buf);
+        }
+        snprintf(buf, sizeof(buf), "%s.shadow", cfg->store_path);
+        free(cfg->store_path);
+        cfg->store_path = strdup(buf);
+    }
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    struct consumer_stats st;
+    char e[DD_ERRSTR_SIZE];
+    dd_err_t err = consumer_run(cfg, &opts, &st, e, sizeof(e));
+    if (err)
+        log_msg(LOG_ERR, "main", "%s", e);
+    if (stats_json)
+        consumer_stats_print(&st, stdout);
+    cfg_destroy(cfg);
+    return err == DD_OK ? 0 : (err == DD_ERR_INVAL ? EXIT_USAGE : EXIT_RUNTIME);
+}
+
+/* ---- submit -------------------------------------------------------------- */
+
+struct receipt {
+    long line;
+    char op_id[JOB_OP_ID_MAX + 1];
+    char event_key[JOB_HEX_LEN + 1];
+    bool valid;
+};
+
+static long delivered, delivery_failed;
+
+static void submit_dr(void *opaque, dd_err_t err, const char *errtext,
+                      int32_t partition, int64_t offset)
+{
+    struct receipt *r = opaque;
+    if (err) {
+        delivery_failed++;
+        fprintf(stderr, "dedupd: submit: line %ld: delivery failed: %s\n",
+                r->line, errtext);
+    } else {
+        delivered++;
+        if (r->valid)
+            printf("{\"line\":%ld,\"op_id\":\"%s\",\"event_key\":\"%s\","
+                   "\"partition\":%d,\"offset\":%lld}\n",
+                   r->line, r->op_id, r->event_key, (int)partition,
+                   (long long)offset);
+        else
+            printf("{\"line\":%ld,\"invalid\":true,\"partition\":%d,"
+                   "\"offset\":%lld}\n",
+                   r->line, (int)partition, (long long)offset);
+    }
+    free(r);
+}
+
+static int cmd_submit(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"config", required_argument, 0, 'c'},
+        {"allow-invalid", no_argument, 0, 'a'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *path = NULL;
+    bool allow_invalid = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'a': allow_invalid = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    const char *input = optind < argc ? argv[optind] : "-";
+    FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
+    if (!in) {
+        fprintf(stderr, "dedupd: submit: %s: %s\n", input, strerror(errno));
+        return EXIT_USAGE;
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg) {
+        if (in != stdin)
+            fclose(in);
+        return EXIT_USAGE;
+    }
+    struct job_conf jc;
+    job_conf_from(cfg, &jc);
+    struct producer *p = NULL;
+    char e[DD_ERRSTR_SIZE];
+    if (producer_new(cfg, submit_dr, &p, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        cfg_destroy(cfg);
+        if (in != stdin)
+            fclose(in);
+        return EXIT_USAGE;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0, invalid = 0, sent = 0;
+    int rc = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            line[--n] = '\0';
+        if (n == 0)
+            continue;
+        struct job *job = NULL;
+        struct receipt *r = calloc(1, sizeof(*r));
+        r->line = lineno;
+        struct producer_header h[2];
+        size_t nh = 0;
+        char key[JOB_OP_ID_MAX + 1];
+        if (job_parse(&jc, line, (size_t)n, &job, e, sizeof(e))) {
+            invalid++;
+            fprintf(stderr, "dedupd: submit: line %ld: %s%s\n", lineno, e,
+                    allow_invalid ? " (sent anyway: --allow-invalid)" : "");
+            if (!allow_invalid) {
+                free(r);
+                continue;
+            }
+            /* Keyed by the digest of its bytes: never an empty key. */
+            char digest[KEY_HEX_LEN + 1];
+            key_sha256_hex(line, (size_t)n, digest);
+            snprintf(key, sizeof(key), "invalid:%s", digest);
+        } else {
+            r->valid = true;
+            snprintf(r->op_id, sizeof(r->op_id), "%s", job->op_id);
+            snprintf(r->event_key, sizeof(r->event_key), "%s", job->event_key);
+            snprintf(key, sizeof(key), "%s", job->op_id);
+            h[0] = (struct producer_header){"dedupd-op-id", r->op_id};
+            h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
+            nh = 2;
+        }
+        dd_err_t err = producer_send(p, cfg->topic_jobs, key, strlen(key), line,
+                                     (size_t)n, h, nh, r, e, sizeof(e));
+        job_destroy(job);
+        if (err) {
+            fprintf(stderr, "dedupd: submit: line %ld: %s\n", lineno, e);
+            free(r);
+            rc = EXIT_RUNTIME;
+            break;
+        }
+        sent++;
+        producer_poll(p, 0);
+    }
+    free(line);
+    if (in != stdin)
+        fclose(in);
+    if (producer_flush(p, 60000)) {
+        fprintf(stderr, "dedupd: submit: %d messages unacknowledged after 60 s\n",
+                producer_outq_len(p));
+        rc = EXIT_RUNTIME;
+    }
+    producer_destroy(p);
+    fflush(stdout);
+    fprintf(stderr, "dedupd: submit: %ld lines, %ld sent, %ld acknowledged, "
+                    "%ld invalid, %ld failed\n",
+            lineno, sent, delivered, invalid, delivery_failed);
+    cfg_destroy(cfg);
+    if (!rc && delivery_failed)
+        rc = EXIT_RUNTIME;
+    if (!rc && invalid && !allow_invalid)
+        rc = EXIT_INVALID_INPUT;
+    return rc;
+}
+
+/* ---- tail ---------------------------------------------------------------- */
+
+static int cmd_tail(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"config", required_argument, 0, 'c'},
+        {"exit-when-idle", required_argument, 0, 'i'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *path = NULL;
+    int64_t idle_ms = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'i': idle_ms = strtoll(optarg, NULL, 10); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    if (cfg->tail_ttl_ms < cfg->store_ops_ttl_ms) {
+        fprintf(stderr, "dedupd: config: tail.ttl_ms: %lld is below "
+                        "store.ops_ttl_ms (%lld): replays would pass\n",
+                (long long)cfg->tail_ttl_ms, (long long)cfg->store_ops_ttl_ms);
+        cfg_destroy(cfg);
+        return EXIT_USAGE;
+    }
+    char e[DD_ERRSTR_SIZE];
+    struct store *store = NULL;
+    char run_id[32];
+    snprintf(run_id, sizeof(run_id), "%lld", (long long)now_ms());
+    struct store_conf sc = {.path = cfg->tail_store_path,
+                            .instance = "tail",
+                            .run_id = run_id,
+                            .block_cache_bytes = 8 << 20,
+                            .sync = false};
+    if (store_open(&sc, &store, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    const char *fixed[] = {"group.id", cfg->tail_group_id,
+                           "auto.offset.reset", "earliest",
+                           "enable.partition.eof", "true",
+                           "enable.auto.offset.store", "true", NULL};
+    rd_kafka_conf_t *kc = NULL;
+    if (kconf_new(cfg, fixed, &kc, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        store_close(store);
+        cfg_destroy(cfg);
+        return EXIT_USAGE;
+    }
+    char ke[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    if (!rk) {
+        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
+        rd_kafka_conf_destroy(kc);
+        store_close(store);
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(t, cfg->topic_results, RD_KAFKA_PARTITION_UA);
+    rd_kafka_subscribe(rk, t);
+    rd_kafka_topic_partition_list_destroy(t);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    long printed = 0, dropped = 0, eofs = 0;
+    int64_t last = now_ms();
+    int rc = 0;
+    while (run) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m) {
+            if (idle_ms > 0 && eofs > 0 && now_ms() - last >= idle_ms)
+                break;
+            continue;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            eofs++;
+        } else if (m->err) {
+            fprintf(stderr, "dedupd: tail: %s\n", rd_kafka_message_errstr(m));
+        } else if (m->key && m->key_len) {
+            last = now_ms();
+            bool seen = false;
+            if (store_mark_seen(store, m->key, m->key_len, cfg->tail_ttl_ms,
+                                now_ms(), &seen, e, sizeof(e))) {
+                fprintf(stderr, "dedupd: tail: %s\n", e);
+                rc = EXIT_RUNTIME;
+                rd_kafka_message_destroy(m);
+                break;
+            }
+            if (seen)
+                dropped++;
+            else {
+                fwrite(m->payload, 1, m->len, stdout);
+                fputc('\n', stdout);
+                printed++;
+            }
+        }
+        rd_kafka_message_destroy(m);
+    }
+    fflush(stdout);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    store_close(store);
+    cfg_destroy(cfg);
+    fprintf(stderr, "dedupd: tail: %ld printed, %ld replays dropped\n", printed,
+            dropped);
+    return rc;
+}
+
+/* ---- key ----------------------------------------------------------------- */
+
+static int cmd_key(int argc, char **argv)
+{
+    const char *path = NULL, *input = "-";
+    int c;
+    static const struct option lo[] = {{"config", required_argument, 0, 'c'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        if (c == 'c')
+            path = optarg;
+        else if (c == 'h') {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        input = argv[optind];
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    FILE *in = strcmp(input, "-") ? fopen(input, "r") : stdin;
+    if (!in) {
+        fprintf(stderr, "dedupd: key: %s: %s\n", input, strerror(errno));
+        cfg_destroy(cfg);
+        return EXIT_USAGE;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0) {
+        if (len + n > cap) {
+            cap = (len + n) * 2;
+            buf = realloc(buf, cap);
+        }
+        memcpy(buf + len, chunk, n);
+        len += n;
+    }
+    if (in != stdin)
+        fclose(in);
+    struct job_conf jc;
+    job_conf_from(cfg, &jc);
+    struct job *job = NULL;
+    char e[DD_ERRSTR_SIZE];
+    int rc = 0;
+    if (job_parse(&jc, buf ? buf : "", len, &job, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: key: %s\n", e);
+        rc = EXIT_INVALID_INPUT;
+    } else {
+        json_t *o = json_object();
+        json_object_set_new(o, "canonical", json_string(job->canonical));
+        json_object_set_new(o, "normalized_url", json_string(job->req.normalized_url));
+        json_object_set_new(o, "op_id", json_string(job->op_id));
+        json_object_set_new(o, "request_hash", json_string(job->request_hash));
+        json_object_set_new(o, "event_key", json_string(job->event_key));
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(o);
+        job_destroy(job);
+    }
+    free(buf);
+    cfg_destroy(cfg);
+    return rc;
+}
+
+
+/* ---- topics -------------------------------------------------------------- */
+
+/* Create the configured topics (jobs, results, conflicts, dlq) if missing,
+ * with the Admin API (rd_kafka_CreateTopics).  An existing topic is fine. */
+static int cmd_topics(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"config", required_argument, 0, 'c'},
+        {"partitions", required_argument, 0, 'p'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *path = NULL;
+    int partitions = 4, c;
+    while ((c = getopt_long(argc, argv, "c:p:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'p': partitions = atoi(optarg); break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (partitions < 1 || partitions > 10000) {
+        fprintf(stderr, "dedupd: topics: --partitions must be 1..10000\n");
+        return EXIT_USAGE;
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    char e[DD_ERRSTR_SIZE];
+    rd_kafka_conf_t *kc = NULL;
+    if (kconf_new(cfg, NULL, &kc, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        cfg_destroy(cfg);
+        return EXIT_USAGE;
+    }
+    char ke[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, kc, ke, sizeof(ke));
+    if (!rk) {
+        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
+        rd_kafka_conf_destroy(kc);
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    const char *names[] = {cfg->topic_jobs, cfg->topic_results,
+                           cfg->topic_conflicts, cfg->topic_dlq};
+    rd_kafka_NewTopic_t *nt[4];
+    for (int i = 0; i < 4; i++)
+        nt[i] = rd_kafka_NewTopic_new(names[i], partitions, 1, ke, sizeof(ke));
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreateTopics(rk, nt, 4, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    int rc = 0;
+    if (!ev) {
+        fprintf(stderr, "dedupd: topics: no answer from %s within 30 s\n",
+                cfg->bootstrap_servers);
+        rc = EXIT_RUNTIME;
+    } else if (rd_kafka_event_error(ev)) {
+        fprintf(stderr, "dedupd: topics: %s\n", rd_kafka_event_error_string(ev));
+        rc = EXIT_RUNTIME;
+    } else {
+        const rd_kafka_CreateTopics_result_t *res =
+            rd_kafka_event_CreateTopics_result(ev);
+        size_t n;
+        const rd_kafka_topic_result_t **tr = rd_kafka_CreateTopics_result_topics(res, &n);
+        for (size_t i = 0; i < n; i++) {
+            rd_kafka_resp_err_t te = rd_kafka_topic_result_error(tr[i]);
+            if (te && te != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
+                fprintf(stderr, "dedupd: topics: %s: %s\n",
+                        rd_kafka_topic_result_name(tr[i]),
+                        rd_kafka_topic_result_error_string(tr[i]));
+                rc = EXIT_RUNTIME;
+            } else
+                printf("%s %s\n", rd_kafka_topic_result_name(tr[i]),
+                       te ? "exists" : "created");
+        }
+    }
+    if (ev)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewTopic_destroy_array(nt, 4);
+    rd_kafka_destroy(rk);
+    cfg_destroy(cfg);
+    return rc;
+}
+
+/* ---- config, version ------------------------------------------------------ */
+
+static int cmd_config(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool dump = false, doc = false;
+    static const struct option lo[] = {{"config", required_argument, 0, 'c'},
+                                       {"dump", no_argument, 0, 'd'},
+                                       {"doc", no_argument, 0, 'D'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'd': dump = true; break;
+        case 'D': doc = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (doc) {
+        cfg_doc_markdown(stdout);
+        return 0;
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    if (dump)
+        cfg_dump(cfg, stdout);
+    cfg_destroy(cfg);
+    return 0;
+}
+
+static int cmd_version(void)
+{
+    printf("dedupd %s (librdkafka %s, RocksDB 7.x, %s, jansson %s)\n",
+           DEDUPD_VERSION, rd_kafka_version_str(), curl_version(),
+           JANSSON_VERSION);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    key_global_init();
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const char *cmd = argv[1];
+    int rc;
+    argv++;
+    argc--;
+    if (!strcmp(cmd, "run"))
+        rc = cmd_run(argc, argv);
+    else if (!strcmp(cmd, "submit"))
+        rc = cmd_submit(argc, argv);
+    else if (!strcmp(cmd, "tail"))
+        rc = cmd_tail(argc, argv);
+    else if (!strcmp(cmd, "key"))
+        rc = cmd_key(argc, argv);
+    else if (!strcmp(cmd, "topics"))
+        rc = cmd_topics(argc, argv);
+    else if (!strcmp(cmd, "config"))
+        rc = cmd_config(argc, argv);
+    else if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        rc = cmd_version();
+    else if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        rc = 0;
+    } else {
+        fprintf(stderr, "dedupd: unknown command '%s'\n", cmd);
+        usage(stderr);
+        rc = EXIT_USAGE;
+    }
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,126 @@
+#include "producer.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "kconf.h"
+#include "log.h"
+
+struct producer {
+    rd_kafka_t *rk;
+    producer_dr_cb *dr;
+};
+
+static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque)
+{
+    (void)rk;
+    struct producer *p = conf_opaque;
+    if (m->err)
+        p->dr(m->_private, DD_ERR_TRANSIENT, rd_kafka_err2str(m->err), m->partition,
+              -1);
+    else
+        p->dr(m->_private, DD_OK, NULL, m->partition, m->offset);
+}
+
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)opaque;
+    if (err == RD_KAFKA_RESP_ERR__FATAL) {
+        char buf[512];
+        rd_kafka_fatal_error(rk, buf, sizeof(buf));
+        log_msg(LOG_CRIT, "producer", "fatal producer error: %s", buf);
+        return;
+    }
+    log_msg(LOG_WARNING, "producer", "%s: %s",
+            rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
+                      struct producer **out, char *errstr, size_t errstr_size)
+{
+    static const char *const fixed[] = {
+        "enable.idempotence", "true",
+        "acks", "all",
+        "partitioner", "murmur2_random",
+        "linger.ms", "5",
+        NULL};
+    struct producer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return DD_ERR_NOMEM;
+    p->dr = dr;
+    rd_kafka_conf_t *c = NULL;
+    dd_err_t err = kconf_new(cfg, fixed, &c, errstr, errstr_size);
+    if (err) {
+        free(p);
+        return err;
+    }
+    /* zstd unless the operator chose another codec through kafka.*. */
+    bool has_codec = false;
+    for (size_t i = 0; i < cfg->kafka_names.n; i++)
+        if (!strcmp(cfg->kafka_names.v[i], "compression.type") ||
+            !strcmp(cfg->kafka_names.v[i], "compression.codec"))
+            has_codec = true;
+    if (!has_codec)
+        rd_kafka_conf_set(c, "compression.type", "zstd", NULL, 0);
+    rd_kafka_conf_set_dr_msg_cb(c, dr_msg_cb);
+    rd_kafka_conf_set_error_cb(c, error_cb);
+    rd_kafka_conf_set_opaque(c, p);
+    char e[512];
+    p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof(e));
+    if (!p->rk) {
+        rd_kafka_conf_destroy(c);
+        dd_errstr_set(errstr, errstr_size, "rd_kafka_new(producer): %s", e);
+        free(p);
+        return DD_ERR_FATAL;
+    }
+    *out = p;
+    return DD_OK;
+}
+
+dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
+                       size_t key_len, const void *value, size_t value_len,
+                       const struct producer_header *hdrs, size_t n_hdrs,
+                       void *opaque, char *errstr, size_t errstr_size)
+{
+    rd_kafka_headers_t *h = rd_kafka_headers_new(n_hdrs ? n_hdrs : 1);
+    for (size_t i = 0; i < n_hdrs; i++)
+        rd_kafka_header_add(h, hdrs[i].name, -1, hdrs[i].value, -1);
+    rd_kafka_resp_err_t e = rd_kafka_producev(
+        p->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, key_len),
+        RD_KAFKA_V_VALUE((void *)value, value_len),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+        RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
+    if (e) {
+        rd_kafka_headers_destroy(h);
+        dd_errstr_set(errstr, errstr_size, "produce to %s: %s", topic,
+                      rd_kafka_err2str(e));
+        return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? DD_ERR_TRANSIENT
+                                                  : DD_ERR_INVAL;
+    }
+    return DD_OK;
+}
+
+void producer_poll(struct producer *p, int timeout_ms)
+{
+    rd_kafka_poll(p->rk, timeout_ms);
+}
+
+int producer_outq_len(struct producer *p)
+{
+    return rd_kafka_outq_len(p->rk);
+}
+
+dd_err_t producer_flush(struct producer *p, int timeout_ms)
+{
+    return rd_kafka_flush(p->rk, timeout_ms) ? DD_ERR_TIMEOUT : DD_OK;
+}
+
+void producer_destroy(struct producer *p)
+{
+    if (!p)
+        return;
+    rd_kafka_destroy(p->rk);
+    free(p);
+}

@@ -1,0 +1,150 @@
+#include "result.h"
+
+#include <jansson.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fetch.h"
+#include "job.h"
+#include "key.h"
+
+void result_time_format(int64_t ms, char *buf, size_t size)
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(buf, size, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+             (int)(ms % 1000));
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *base64(const unsigned char *p, size_t n)
+{
+    size_t cap = 4 * ((n + 2) / 3) + 1;
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    EVP_EncodeBlock((unsigned char *)b, p, (int)n);
+    json_t *v = json_string(b);
+    free(b);
+    return v;
+}
+
+static json_t *encode(const struct job *job, const struct fetch_result *r,
+                      uint64_t generation, bool with_body, const char **outcome)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "event_key", json_string(job->event_key));
+    json_object_set_new(o, "op_id", json_string(job->op_id));
+    json_object_set_new(o, "request_hash", json_string(job->request_hash));
+    json_object_set_new(o, "job_key", str_or_null(job->job_key));
+    json_object_set_new(o, "url", json_string(job->req.url));
+    json_object_set_new(o, "generation", json_integer((json_int_t)generation));
+    if (job->meta_json) {
+        json_t *m = json_loads(job->meta_json, 0, NULL);
+        json_object_set_new(o, "meta", m ? m : json_null());
+    }
+    if (!r) {
+        *outcome = "shadow";
+        json_object_set_new(o, "outcome", json_string(*outcome));
+        return o;
+    }
+    *outcome = r->ok ? "fetched" : "failed";
+    json_object_set_new(o, "outcome", json_string(*outcome));
+    if (!r->ok)
+        json_object_set_new(o, "category", json_string(r->category));
+    if (!r->ok && r->error)
+        json_object_set_new(o, "error", json_string(r->error));
+    json_object_set_new(o, "final_url", str_or_null(r->final_url));
+    json_object_set_new(o, "status", json_integer(r->status));
+    json_t *h = json_object();
+    if (r->content_type)
+        json_object_set_new(h, "content-type", json_string(r->content_type));
+    if (r->etag)
+        json_object_set_new(h, "etag", json_string(r->etag));
+    if (r->last_modified)
+        json_object_set_new(h, "last-modified", json_string(r->last_modified));
+    json_object_set_new(o, "headers", h);
+    char when[40];
+    result_time_format(r->fetched_at_ms, when, sizeof(when));
+    json_object_set_new(o, "fetched_at", json_string(when));
+    json_object_set_new(o, "attempts", json_integer(r->attempts));
+    json_object_set_new(o, "rotations", json_integer(r->rotations));
+    json_object_set_new(o, "throttled", json_integer(r->throttled));
+    json_t *sess = json_object();
+    json_object_set_new(sess, "exit", json_string(r->session));
+    json_object_set_new(o, "session", sess);
+    if (r->body) {
+        char digest[KEY_HEX_LEN + 1];
+        key_sha256_hex(r->body, r->body_len, digest);
+        json_object_set_new(o, "body_sha256", json_string(digest));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)r->body_len));
+        if (with_body) {
+            /* json_stringn refuses invalid UTF-8: then the body goes base64. */
+            json_t *t = json_stringn((const char *)r->body, r->body_len);
+            if (t && !memchr(r->body, '\0', r->body_len))
+                json_object_set_new(o, "body", t);
+            else {
+                json_decref(t);
+                json_object_set_new(o, "body_base64", base64(r->body, r->body_len));
+            }
+        }
+    }
+    return o;
+}
+
+dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
+                       uint64_t generation, size_t max_bytes, char **out,
+                       size_t *out_len, const char **outcome)
+{
+    json_t *o = encode(job, r, generation, true, outcome);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return DD_ERR_NOMEM;
+    size_t n = strlen(s);
+    if (n > max_bytes && r) {
+        free(s);
+        o = encode(job, r, generation, false, outcome);
+        *outcome = "failed";
+        json_object_set_new(o, "outcome", json_string("failed"));
+        json_object_set_new(o, "category", json_string("too_large"));
+        json_object_set_new(o, "error",
+                            json_string("result above limits.max_result_bytes"));
+        s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (!s)
+            return DD_ERR_NOMEM;
+        n = strlen(s);
+    }
+    *out = s;
+    *out_len = n;
+    return DD_OK;
+}
+
+dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
+                                const char *first_source, const char *new_hash,
+                                const char *new_source, char **out,
+                                size_t *out_len)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "op_id", json_string(op_id));
+    json_object_set_new(o, "request_hash", json_string(first_hash));
+    json_object_set_new(o, "request_source", json_string(first_source));
+    json_object_set_new(o, "conflicting_request_hash", json_string(new_hash));
+    json_object_set_new(o, "conflicting_source", json_string(new_source));
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return DD_ERR_NOMEM;
+    *out = s;
+    *out_len = strlen(s);
+    return DD_OK;
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Malformed jobs land in the DLQ with their reason and their original bytes, the
+# consumer's offset moves on, and valid jobs around them are processed.
+source "$(dirname "$0")/lib.sh"
+{
+  pages 2 | jq -Rc '{url: .}'
+  echo 'this is not json'
+  echo '{"url":"ftp://127.0.0.1/file"}'
+  echo '{"url":"http://user:pw@127.0.0.1:18080/x"}'
+  echo '{"method":"GET"}'
+} > "$WORK/jobs.ndjson"
+submit --allow-invalid "$WORK/jobs.ndjson" > /dev/null
+stats=$(run_until_idle)
+echo "stats: $stats"
+expect_eq "$(jq .invalid <<<"$stats")" 4 "jobs to the DLQ"
+expect_eq "$(jq .results <<<"$stats")" 2 "results of the valid jobs"
+topic_dump "$T.dlq" > "$WORK/dlq.json"
+expect_eq "$(wc -l < "$WORK/dlq.json")" 4 "DLQ messages"
+expect_eq "$(jq -r 'select(.payload == "this is not json") | .payload' "$WORK/dlq.json")" "this is not json" "original bytes kept"
+for reason in "ftp" "credentials" "url"; do
+  n=$(jq -r '.headers as $h | ($h | index("dedupd-error")) as $i | $h[$i + 1]' "$WORK/dlq.json" | grep -c "$reason" || true)
+  [ "$n" -ge 1 ] || fail "no DLQ reason mentions '$reason'"
+  ok "a DLQ reason mentions '$reason'"
+done
+n=$(jq -r '.headers as $h | ($h | index("dedupd-source")) as $i | $h[$i + 1]' "$WORK/dlq.json" | grep -c "^$T.jobs/[0-9]*/[0-9]*$")
+expect_eq "$n" 4 "DLQ records name their source topic/partition/offset"
+# The offsets moved on: a second run has nothing to consume.
+stats=$(run_until_idle)
+expect_eq "$(jq .consumed <<<"$stats")" 0 "messages consumed again by a second run"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Submit, run, results: every logical job fetched once and published once under
+# its event_key with the headers of DESIGN.md section 3; a re-run fetches nothing.
+source "$(dirname "$0")/lib.sh"
+
+pages 20 | jq -Rc '{url: .}' > "$WORK/jobs.ndjson"
+# duplicates: re-sent copies and forms that normalize alike
+pages 10 | jq -Rc '{url: .}' >> "$WORK/jobs.ndjson"
+pages 10 | sed 's|^http://|HTTP://|; s|$|#frag|' | jq -Rc '{url: .}' >> "$WORK/jobs.ndjson"
+mark=$(log_mark)
+submit "$WORK/jobs.ndjson" > "$WORK/receipts.ndjson"
+expect_eq "$(wc -l < "$WORK/receipts.ndjson")" 40 "receipts"
+expect_eq "$(jq -r .event_key "$WORK/receipts.ndjson" | sort -u | wc -l)" 20 "distinct event_keys"
+
+stats=$(run_until_idle)
+echo "stats: $stats"
+expect_eq "$(jq .consumed <<<"$stats")" 40 "consumed"
+expect_eq "$(jq .new <<<"$stats")" 20 "new ops"
+expect_eq "$(jq '.duplicates + .duplicates_inflight' <<<"$stats")" 20 "duplicates"
+expect_eq "$(log_since "$mark" | awk '$(NF-1) == 200' | wc -l)" 20 "origin 200s (nginx log)"
+
+tail_results > "$WORK/results.ndjson"
+expect_eq "$(wc -l < "$WORK/results.ndjson")" 20 "results after dedup"
+expect_eq "$(jq -r .event_key "$WORK/results.ndjson" | sort | comm -3 - <(jq -r .event_key "$WORK/receipts.ndjson" | sort -u) | wc -l)" 0 "result event_keys == submitted event_keys"
+expect_eq "$(jq -r 'select(.outcome == "fetched" and .status == 200 and (.body | length) > 100 and .body_sha256 != null) | .op_id' "$WORK/results.ndjson" | wc -l)" 20 "fetched results with bodies"
+
+# Kafka side: keyed by event_key, with idempotency-key / dedupd-op-id headers.
+topic_dump "$T.results" > "$WORK/raw.json"
+expect_eq "$(wc -l < "$WORK/raw.json")" 20 "messages on the results topic"
+bad=$(jq -r 'select(.key != (.payload | fromjson | .event_key)) | .key' "$WORK/raw.json" | wc -l)
+expect_eq "$bad" 0 "results keyed by event_key"
+bad=$(jq -r '(.headers // []) as $h | select(($h | index("idempotency-key")) == null or ($h | index("dedupd-op-id")) == null or ($h | index("dedupd-generation")) == null) | .key' "$WORK/raw.json" | wc -l)
+expect_eq "$bad" 0 "results carry idempotency-key, dedupd-op-id, dedupd-generation"
+
+# Re-submit everything: nothing new is fetched or published.
+mark=$(log_mark)
+submit "$WORK/jobs.ndjson" > /dev/null
+stats=$(run_until_idle)
+expect_eq "$(jq .new <<<"$stats")" 0 "new ops on re-run"
+expect_eq "$(jq .duplicates <<<"$stats")" 40 "duplicates on re-run"
+expect_eq "$(log_since "$mark" | wc -l)" 0 "origin requests on re-run"
+expect_eq "$(topic_dump "$T.results" | wc -l)" 20 "results topic unchanged"

@@ -1,0 +1,47 @@
+# Shared set-up of the integration tests (sourced).  Each test gets its own
+# topics, consumer groups and store, so tests never see each other's messages;
+# URLs carry ?t=$T so the origin's access log can be read per test.
+set -euo pipefail
+ROOT=${DEDUPD_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+DEDUPD=${DEDUPD_BIN:-$ROOT/build/dedupd}
+CFG=$ROOT/config/dedupd.json
+eval "$("$ROOT/scripts/stack.sh" env)"
+T="$(basename "$0" .sh)-$$-$(date +%s)"
+WORK=$(mktemp -d "/tmp/dedupd-$T.XXXX")
+trap 'rm -rf "$WORK"' EXIT
+export DEDUPD_BROKER__BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP
+export DEDUPD_TOPICS__JOBS=$T.jobs DEDUPD_TOPICS__RESULTS=$T.results
+export DEDUPD_TOPICS__CONFLICTS=$T.conflicts DEDUPD_TOPICS__DLQ=$T.dlq
+export DEDUPD_CONSUMER__GROUP_ID=$T DEDUPD_TAIL__GROUP_ID=$T-tail
+export DEDUPD_KAFKA__GROUP__INSTANCE__ID=$T
+export DEDUPD_INSTANCE__ID=$T
+export DEDUPD_STORE__PATH=$WORK/store DEDUPD_TAIL__STORE_PATH=$WORK/tail
+export DEDUPD_LOG__LEVEL=info
+"$DEDUPD" topics -c "$CFG" --partitions 4 >/dev/null
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { echo "ok: $*"; }
+expect_eq() { # expect_eq ACTUAL EXPECTED WHAT
+  [ "$1" = "$2" ] || fail "$3: got '$1', expected '$2'"
+  ok "$3 = $2"
+}
+
+# pages N: N page URLs of the origin, tagged with this test's id.
+pages() { grep -E '\.html$' "$ORIGIN_PAGES" | head -n "$1" | sed "s|\$|?t=$T|"; }
+
+log_mark() { wc -l < "$ORIGIN_ACCESS_LOG"; }
+# log_since MARK: access log lines of this test written after MARK.
+log_since() { tail -n +"$(( $1 + 1 ))" "$ORIGIN_ACCESS_LOG" | grep -F "t=$T" || true; }
+
+submit() { "$DEDUPD" submit -c "$CFG" "$@" 2>>"$WORK/submit.log"; }
+run_until_idle() { # prints the stats JSON
+  "$DEDUPD" run -c "$CFG" --exit-when-idle "${IDLE_MS:-2500}" --stats-json "$@" \
+    2>>"$WORK/run.log" || { tail -n 30 "$WORK/run.log" >&2; fail "dedupd run failed"; }
+}
+tail_results() {
+  "$DEDUPD" tail -c "$CFG" --exit-when-idle 2000 2>>"$WORK/tail.log"
+}
+# topic_dump TOPIC: every message as one JSON line {key, value, headers}.
+topic_dump() {
+  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>/dev/null
+}

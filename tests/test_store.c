@@ -1,0 +1,1200 @@
+/*
+ * Unit tests of the store (store.h): claims, fencing, leases, outbox, TTL and
+ * its compaction filter, seen keys, conflicts, layout versioning.
+ *
+ * Cases from /work/shared/cases/cases.json covered here (store part only):
+ *   C-24  complete ops are DUPLICATE for another instance, same event_key, no
+ *         conflict, nothing left to publish; the changelog restore, fetch counts
+ *         and offset commits belong to the pipeline.
+ *   C-28  expiry boundary (expired only when expires_at < now), same answers
+ *         after a manual compaction.
+ *   C-29  NEW, CONFLICT (record untouched, reported once), DUPLICATE, NEW after
+ *         expiry; URL normalisation (J3) is the key module's and the conflict
+ *         event on scrape.conflicts is the pipeline's.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <check.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <rocksdb/c.h>
+
+#include "store.h"
+
+#define T0 1000000LL              /* 1000 s, in ms */
+#define OPS_TTL (3600LL * 1000)   /* C-28: ttl_s 3600 */
+#define FAILED_TTL (600LL * 1000)
+#define LEASE (60LL * 1000)
+
+/* 64 hex chars each */
+#define H1 "1111111111111111111111111111111111111111111111111111111111111111"
+#define H2 "2222222222222222222222222222222222222222222222222222222222222222"
+#define EK1 "e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1e1"
+#define EK2 "e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2e2"
+
+static char g_dir[64];
+static struct store *g_st;
+static char g_err[256];
+
+/* ---------------------------------------------------------------------- */
+/* fixture                                                                 */
+
+static dd_err_t open_as(const char *instance, const char *run_id)
+{
+    struct store_conf conf = {
+        .path = g_dir,
+        .instance = instance,
+        .run_id = run_id,
+        .ops_ttl_ms = OPS_TTL,
+        .failed_ttl_ms = FAILED_TTL,
+        .lease_ms = LEASE,
+        .block_cache_bytes = 8 << 20,
+        .sync = false,
+    };
+    g_err[0] = '\0';
+    return store_open(&conf, &g_st, g_err, sizeof(g_err));
+}
+
+static void reopen_as(const char *instance, const char *run_id)
+{
+    store_close(g_st);
+    g_st = NULL;
+    dd_err_t err = open_as(instance, run_id);
+    ck_assert_msg(err == DD_OK, "store_open: %s", g_err);
+}
+
+static void setup(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/dedupd-store-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    dd_err_t err = open_as("a", "r1");
+    ck_assert_msg(err == DD_OK, "store_open: %s", g_err);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+                  struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void teardown(void)
+{
+    store_close(g_st);
+    g_st = NULL;
+    nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---------------------------------------------------------------------- */
+/* helpers                                                                 */
+
+static enum store_claim_result claim(const char *op_id, const char *hash,
+                                     int64_t now, struct store_op *op)
+{
+    enum store_claim_result r = 0;
+    dd_err_t err = store_claim(g_st, op_id, hash, EK1, "scrape.jobs/0/40", now,
+                               &r, op, g_err, sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_claim(%s): %s", op_id, g_err);
+    return r;
+}
+
+static bool get(const char *op_id, int64_t now, struct store_op *op)
+{
+    bool found = true;
+    dd_err_t err = store_op_get(g_st, op_id, now, op, &found, g_err,
+                                sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_op_get(%s): %s", op_id, g_err);
+    return found;
+}
+
+static uint64_t complete(const char *op_id, uint64_t gen, const char *value,
+                         int64_t now)
+{
+    uint64_t seq = 0;
+    dd_err_t err = store_complete(g_st, op_id, gen, STORE_OP_COMPLETE, NULL, 1,
+                                  value, strlen(value), now, &seq, g_err,
+                                  sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_complete(%s): %s", op_id, g_err);
+    return seq;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Raw RocksDB access (store closed), mirroring store.c's CF list. */
+static const char *const raw_cf_names[] = {"default", "ops",  "outbox",
+                                           "conflicts", "seen", "meta"};
+#define RAW_CF_N 6
+#define RAW_OPS 1
+#define RAW_META 5
+
+struct raw {
+    rocksdb_t *db;
+    rocksdb_options_t *opts;
+    rocksdb_column_family_handle_t *cf[RAW_CF_N];
+};
+
+static void raw_open(struct raw *r)
+{
+    char *err = NULL;
+    const rocksdb_options_t *copts[RAW_CF_N];
+    store_close(g_st);
+    g_st = NULL;
+    r->opts = rocksdb_options_create();
+    for (int i = 0; i < RAW_CF_N; i++)
+        copts[i] = r->opts;
+    r->db = rocksdb_open_column_families(r->opts, g_dir, RAW_CF_N,
+                                         raw_cf_names, copts, r->cf, &err);
+    ck_assert_msg(err == NULL, "raw open: %s", err ? err : "");
+}
+
+static void raw_put(struct raw *r, int cf, const char *k, const void *v,
+                    size_t vlen)
+{
+    char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put_cf(r->db, wo, r->cf[cf], k, strlen(k), v, vlen, &err);
+    rocksdb_writeoptions_destroy(wo);
+    ck_assert_msg(err == NULL, "raw put: %s", err ? err : "");
+}
+
+static bool raw_exists(struct raw *r, int cf, const char *k)
+{
+    char *err = NULL;
+    size_t vlen = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    char *v = rocksdb_get_cf(r->db, ro, r->cf[cf], k, strlen(k), &vlen, &err);
+    rocksdb_readoptions_destroy(ro);
+    ck_assert_msg(err == NULL, "raw get: %s", err ? err : "");
+    bool found = v != NULL;
+    rocksdb_free(v);
+    return found;
+}
+
+static void raw_close(struct raw *r)
+{
+    for (int i = 0; i < RAW_CF_N; i++)
+        rocksdb_column_family_handle_destroy(r->cf[i]);
+    rocksdb_close(r->db);
+    rocksdb_options_destroy(r->opts);
+}
+
+/* ---------------------------------------------------------------------- */
+/* claim                                                                   */
+
+START_TEST(test_store_claim_new_then_duplicate)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert_int_eq(op.outbox_state, STORE_OUTBOX_NONE);
+    ck_assert_uint_eq(op.generation, 1);
+    ck_assert_str_eq(op.lease_owner, "a#r1");
+    ck_assert_str_eq(store_owner(g_st), "a#r1");
+    ck_assert_int_eq(op.lease_expires_at_ms, T0 + LEASE);
+    ck_assert_int_eq(op.created_at_ms, T0);
+    ck_assert_int_eq(op.updated_at_ms, T0);
+    ck_assert_int_eq(op.expires_at_ms, T0 + OPS_TTL);
+    ck_assert_uint_eq(op.attempts, 0);
+    ck_assert_str_eq(op.request_hash, H1);
+    ck_assert_str_eq(op.event_key, EK1);
+    ck_assert_str_eq(op.source, "scrape.jobs/0/40");
+    ck_assert_str_eq(op.category, "");
+
+    struct store_op dup;
+    ck_assert_int_eq(claim("op-1", H1, T0 + 5, &dup), STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(dup.state, STORE_OP_RUNNING);
+    ck_assert_uint_eq(dup.generation, 1);
+    /* a duplicate changes nothing, not even expires_at */
+    ck_assert_int_eq(dup.updated_at_ms, T0);
+    ck_assert_int_eq(dup.expires_at_ms, T0 + OPS_TTL);
+
+    struct store_op got;
+    ck_assert(get("op-1", T0 + 5, &got));
+    ck_assert_int_eq(memcmp(&got, &op, sizeof(op)), 0);
+}
+END_TEST
+
+START_TEST(test_store_claim_conflict_on_different_hash)
+{
+    struct store_op op, c, got;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-1", H2, T0 + 10, &c), STORE_CLAIM_CONFLICT);
+    ck_assert_str_eq(c.request_hash, H1);
+    ck_assert(get("op-1", T0 + 10, &got));
+    ck_assert_int_eq(memcmp(&got, &op, sizeof(op)), 0);
+}
+END_TEST
+
+START_TEST(test_store_claim_rejects_bad_op_id)
+{
+    enum store_claim_result r;
+    struct store_op op;
+    char big[STORE_KEY_MAX + 2];
+    memset(big, 'k', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    ck_assert_int_eq(store_claim(g_st, "", H1, EK1, "s", T0, &r, &op, g_err,
+                                 sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_claim: op_id of 0 bytes (must be 1..512)");
+    ck_assert_int_eq(store_claim(g_st, big, H1, EK1, "s", T0, &r, &op, g_err,
+                                 sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_claim: op_id of 513 bytes (must be 1..512)");
+    big[STORE_KEY_MAX] = '\0'; /* 512 bytes is fine */
+    ck_assert_int_eq(claim(big, H1, T0, &op), STORE_CLAIM_NEW);
+}
+END_TEST
+
+/* C-29: J1 NEW; J2 CONFLICT (J1 untouched, reported once); J3 DUPLICATE;
+ * J4 NEW after J1's record expired. */
+START_TEST(test_store_c29_conflict_duplicate_and_new_after_expiry)
+{
+    const char *id = "order-1001";
+    struct store_op j1, j2, j3, j4, got;
+    bool first = false;
+    uint64_t seq;
+
+    ck_assert_int_eq(claim(id, H1, T0, &j1), STORE_CLAIM_NEW);
+    seq = complete(id, j1.generation, "result-of-J1", T0 + 100);
+    ck_assert_uint_ge(seq, 1);
+    ck_assert(get(id, T0 + 100, &j1));
+
+    ck_assert_int_eq(claim(id, H2, T0 + 200, &j2), STORE_CLAIM_CONFLICT);
+    ck_assert_str_eq(j2.request_hash, H1);
+    ck_assert(get(id, T0 + 200, &got));
+    ck_assert_int_eq(memcmp(&got, &j1, sizeof(j1)), 0);
+    ck_assert_int_eq(store_conflict_mark(g_st, id, H2, T0 + 200, &first,
+                                         g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+    ck_assert_int_eq(store_conflict_mark(g_st, id, H2, T0 + 250, &first,
+                                         g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!first);
+
+    /* J3: same request_hash as J1 once normalised */
+    ck_assert_int_eq(claim(id, H1, T0 + 300, &j3), STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(j3.state, STORE_OP_COMPLETE);
+
+    /* J4: J1 complete at T0 + 100, expires at T0 + 100 + OPS_TTL */
+    ck_assert_int_eq(j1.expires_at_ms, T0 + 100 + OPS_TTL);
+    ck_assert_int_eq(claim(id, H2, T0 + 101 + OPS_TTL, &j4), STORE_CLAIM_NEW);
+    ck_assert_str_eq(j4.request_hash, H2);
+    ck_assert_uint_eq(j4.generation, 1);
+    ck_assert_int_eq(j4.state, STORE_OP_RUNNING);
+    ck_assert_int_eq(j4.created_at_ms, T0 + 101 + OPS_TTL);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* racing put-if-absent                                                    */
+
+#define RACE_THREADS 8
+#define RACE_IDS 2000
+
+static atomic_int race_new_per_id[RACE_IDS];
+static atomic_int race_new, race_dup, race_other, race_err;
+static pthread_barrier_t race_barrier;
+
+static void *race_worker(void *arg)
+{
+    static const int mult[RACE_THREADS] = {1, 3, 7, 9, 11, 13, 17, 19};
+    int t = (int)(intptr_t)arg;
+    char op_id[32];
+    pthread_barrier_wait(&race_barrier);
+    for (int i = 0; i < RACE_IDS; i++) {
+        /* a different permutation of the ids in every thread */
+        int id = (i * mult[t] + t * 250) % RACE_IDS;
+        snprintf(op_id, sizeof(op_id), "race-%d", id);
+        enum store_claim_result r = 0;
+        struct store_op op;
+        char err[256];
+        if (store_claim(g_st, op_id, H1, EK1, "t/0/1", T0, &r, &op, err,
+                        sizeof(err))
+            != DD_OK) {
+            atomic_fetch_add(&race_err, 1);
+            continue;
+        }
+        if (r == STORE_CLAIM_NEW) {
+            atomic_fetch_add(&race_new, 1);
+            atomic_fetch_add(&race_new_per_id[id], 1);
+        } else if (r == STORE_CLAIM_DUPLICATE) {
+            atomic_fetch_add(&race_dup, 1);
+        } else {
+            atomic_fetch_add(&race_other, 1);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_store_claim_race_exactly_one_new_per_op_id)
+{
+    pthread_t th[RACE_THREADS];
+    pthread_barrier_init(&race_barrier, NULL, RACE_THREADS);
+    for (int t = 0; t < RACE_THREADS; t++)
+        ck_assert_int_eq(
+            pthread_create(&th[t], NULL, race_worker, (void *)(intptr_t)t), 0);
+    for (int t = 0; t < RACE_THREADS; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&race_barrier);
+
+    int errs = atomic_load(&race_err), other = atomic_load(&race_other);
+    int news = atomic_load(&race_new), dups = atomic_load(&race_dup);
+    ck_assert_int_eq(errs, 0);
+    ck_assert_int_eq(other, 0);
+    ck_assert_int_eq(news, RACE_IDS);
+    ck_assert_int_eq(dups, (RACE_THREADS - 1) * RACE_IDS);
+    for (int i = 0; i < RACE_IDS; i++) {
+        int won = atomic_load(&race_new_per_id[i]);
+        ck_assert_msg(won == 1, "race-%d won %d times", i, won);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* fencing                                                                 */
+
+START_TEST(test_store_complete_stale_generation_is_state_error)
+{
+    struct store_op op;
+    uint64_t seq = 0;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    /* a new run of this instance reclaims: generation 2 */
+    reopen_as("a", "r2");
+    ck_assert_int_eq(claim("op-1", H1, T0 + 1, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.generation, 2);
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_COMPLETE, NULL,
+                                    1, "v", 1, T0 + 2, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_complete(op-1): stale generation 1, "
+                            "current 2");
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+    /* the refused completion used no seq */
+    ck_assert_uint_eq(complete("op-1", 2, "v", T0 + 3), 1);
+}
+END_TEST
+
+START_TEST(test_store_complete_by_other_owner_is_state_error)
+{
+    struct store_op op;
+    uint64_t seq = 0;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    reopen_as("b", "r9");
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_COMPLETE, NULL,
+                                    1, "v", 1, T0 + 2, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_complete(op-1): lease held by a#r1, not by "
+                            "this run b#r9");
+    ck_assert(get("op-1", T0 + 2, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+}
+END_TEST
+
+START_TEST(test_store_complete_twice_is_state_error)
+{
+    struct store_op op;
+    uint64_t seq = 0;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    complete("op-1", 1, "v", T0 + 1);
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_COMPLETE, NULL,
+                                    1, "v", 1, T0 + 2, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_complete(op-1): op is complete, not "
+                            "running");
+    ck_assert_uint_eq(store_outbox_pending(g_st), 1);
+    /* an absent op cannot be completed either */
+    ck_assert_int_eq(store_complete(g_st, "nope", 1, STORE_OP_COMPLETE, NULL,
+                                    1, "v", 1, T0 + 2, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_complete(nope): op not found (absent or "
+                            "expired)");
+}
+END_TEST
+
+START_TEST(test_store_complete_rejects_non_final_state)
+{
+    struct store_op op;
+    uint64_t seq = 0;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_RUNNING, NULL, 1,
+                                    "v", 1, T0 + 2, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_complete(op-1): final state must be "
+                            "complete or failed, not running");
+}
+END_TEST
+
+START_TEST(test_store_lease_renew_extends_and_fences)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_lease_renew(g_st, "op-1", 1, T0 + 50000, g_err,
+                                       sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 50000, &op));
+    ck_assert_int_eq(op.lease_expires_at_ms, T0 + 50000 + LEASE);
+    ck_assert_int_eq(op.updated_at_ms, T0 + 50000);
+    ck_assert_int_eq(op.expires_at_ms, T0 + OPS_TTL);
+    ck_assert_int_eq(store_lease_renew(g_st, "op-1", 2, T0 + 50001, g_err,
+                                       sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_lease_renew(op-1): stale generation 2, "
+                            "current 1");
+    /* another instance: the renewed lease is still live past the first */
+    reopen_as("b", "r1");
+    ck_assert_int_eq(claim("op-1", H1, T0 + LEASE + 1, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(store_lease_renew(g_st, "op-1", 1, T0 + LEASE + 1, g_err,
+                                       sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_lease_renew(op-1): lease held by a#r1, "
+                            "not by this run b#r1");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* leases                                                                  */
+
+START_TEST(test_store_lease_expiry_reclaims_generation_2)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    reopen_as("b", "r1"); /* another instance: waits out the lease */
+    ck_assert_int_eq(claim("op-1", H1, T0 + LEASE, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_str_eq(op.lease_owner, "a#r1");
+    ck_assert_int_eq(claim("op-1", H1, T0 + LEASE + 1, &op),
+                     STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.generation, 2);
+    ck_assert_str_eq(op.lease_owner, "b#r1");
+    ck_assert_int_eq(op.lease_expires_at_ms, T0 + LEASE + 1 + LEASE);
+    ck_assert_int_eq(op.created_at_ms, T0);
+    ck_assert_int_eq(op.updated_at_ms, T0 + LEASE + 1);
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    /* held by this very run now: in flight, ours */
+    ck_assert_int_eq(claim("op-1", H1, T0 + LEASE + 2, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_uint_eq(op.generation, 2);
+    complete("op-1", 2, "v", T0 + LEASE + 3);
+}
+END_TEST
+
+START_TEST(test_store_reopen_new_run_reclaims_at_once)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    reopen_as("a", "r2");
+    ck_assert_str_eq(store_owner(g_st), "a#r2");
+    /* the lease of a#r1 is live until T0 + LEASE, yet void */
+    ck_assert_int_eq(claim("op-1", H1, T0 + 1, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.generation, 2);
+    ck_assert_str_eq(op.lease_owner, "a#r2");
+    /* an instance whose name extends "a" is another instance */
+    reopen_as("ab", "r2");
+    ck_assert_int_eq(claim("op-1", H1, T0 + 2, &op), STORE_CLAIM_DUPLICATE);
+    ck_assert_str_eq(op.lease_owner, "a#r2");
+}
+END_TEST
+
+START_TEST(test_store_open_rejects_bad_conf)
+{
+    struct store *st = NULL;
+    struct store_conf conf = {.path = g_dir, .instance = "a#b", .run_id = "r"};
+    ck_assert_int_eq(store_open(&conf, &st, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_ptr_null(st);
+    ck_assert_str_eq(g_err, "store_open: instance 'a#b' contains '#', which "
+                            "separates it from the run id in lease owners");
+    conf.instance = "a";
+    conf.run_id = "";
+    ck_assert_int_eq(store_open(&conf, &st, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err,
+                     "store_open: path, instance and run_id are required");
+    store_close(NULL);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* outbox                                                                  */
+
+struct seen_entry {
+    uint64_t seq;
+    char op_id[64];
+    char event_key[STORE_HASH_LEN + 1];
+    uint64_t generation;
+    char value[64];
+};
+
+struct collect {
+    int n;
+    int stop_after;
+    struct seen_entry e[16];
+};
+
+static int collect_cb(void *opaque, uint64_t seq, const char *op_id,
+                      const char *event_key, uint64_t generation,
+                      const void *value, size_t value_len)
+{
+    struct collect *c = opaque;
+    ck_assert_int_lt(c->n, 16);
+    struct seen_entry *e = &c->e[c->n++];
+    e->seq = seq;
+    snprintf(e->op_id, sizeof(e->op_id), "%s", op_id);
+    snprintf(e->event_key, sizeof(e->event_key), "%s", event_key);
+    e->generation = generation;
+    snprintf(e->value, sizeof(e->value), "%.*s", (int)value_len,
+             (const char *)value);
+    return c->stop_after && c->n >= c->stop_after;
+}
+
+static void collect(struct collect *c, int stop_after)
+{
+    memset(c, 0, sizeof(*c));
+    c->stop_after = stop_after;
+    ck_assert_int_eq(store_outbox_foreach(g_st, collect_cb, c, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+}
+
+START_TEST(test_store_outbox_complete_foreach_ack)
+{
+    struct store_op op;
+    struct collect c;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    uint64_t seq = complete("op-1", 1, "{\"result\":1}", T0 + 10);
+    ck_assert_uint_eq(seq, 1);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 1);
+
+    ck_assert(get("op-1", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    ck_assert_int_eq(op.outbox_state, STORE_OUTBOX_PENDING);
+    ck_assert_uint_eq(op.outbox_seq, seq);
+    ck_assert_uint_eq(op.attempts, 1);
+    ck_assert_int_eq(op.updated_at_ms, T0 + 10);
+    ck_assert_int_eq(op.expires_at_ms, T0 + 10 + OPS_TTL);
+
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_uint_eq(c.e[0].seq, seq);
+    ck_assert_str_eq(c.e[0].op_id, "op-1");
+    ck_assert_str_eq(c.e[0].event_key, EK1);
+    ck_assert_uint_eq(c.e[0].generation, 1);
+    ck_assert_str_eq(c.e[0].value, "{\"result\":1}");
+
+    ck_assert_int_eq(store_outbox_ack(g_st, seq, "op-1", g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 0);
+    ck_assert(get("op-1", T0 + 10, &op));
+    ck_assert_int_eq(op.outbox_state, STORE_OUTBOX_SENT);
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    ck_assert_int_eq(op.expires_at_ms, T0 + 10 + OPS_TTL);
+}
+END_TEST
+
+START_TEST(test_store_outbox_ack_is_idempotent)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    uint64_t seq = complete("op-1", 1, "v", T0 + 10);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(store_outbox_ack(g_st, seq, "op-1", g_err,
+                                          sizeof(g_err)),
+                         DD_OK);
+        ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+    }
+    ck_assert(get("op-1", T0 + 10, &op));
+    ck_assert_int_eq(op.outbox_state, STORE_OUTBOX_SENT);
+    /* an ack of a forgotten op only removes the entry */
+    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
+    seq = complete("op-2", 1, "v", T0 + 10);
+    bool found = false;
+    ck_assert_int_eq(store_forget(g_st, "op-2", &found, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(store_outbox_ack(g_st, seq, "op-2", g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+}
+END_TEST
+
+START_TEST(test_store_outbox_ack_of_another_ops_entry_is_inval)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    uint64_t seq = complete("op-1", 1, "v", T0 + 10);
+    ck_assert_int_eq(store_outbox_ack(g_st, seq, "op-2", g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_outbox_ack(op-2): outbox entry 1 belongs "
+                            "to op op-1");
+    ck_assert_uint_eq(store_outbox_pending(g_st), 1);
+}
+END_TEST
+
+START_TEST(test_store_outbox_reopen_keeps_pending_and_seq_grows)
+{
+    struct store_op op;
+    struct collect c;
+    uint64_t seqs[3];
+    const char *ids[3] = {"op-1", "op-2", "op-3"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(claim(ids[i], H1, T0, &op), STORE_CLAIM_NEW);
+        char v[32];
+        snprintf(v, sizeof(v), "value-%d", i);
+        seqs[i] = complete(ids[i], 1, v, T0 + 1);
+    }
+    ck_assert_uint_eq(seqs[0], 1);
+    ck_assert_uint_eq(seqs[1], 2);
+    ck_assert_uint_eq(seqs[2], 3);
+    ck_assert_int_eq(store_outbox_ack(g_st, seqs[1], "op-2", g_err,
+                                      sizeof(g_err)),
+                     DD_OK);
+    reopen_as("a", "r2");
+    ck_assert_uint_eq(store_outbox_pending(g_st), 2);
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_uint_eq(c.e[0].seq, 1);
+    ck_assert_str_eq(c.e[0].op_id, "op-1");
+    ck_assert_str_eq(c.e[0].value, "value-0");
+    ck_assert_uint_eq(c.e[1].seq, 3);
+    ck_assert_str_eq(c.e[1].op_id, "op-3");
+    ck_assert_str_eq(c.e[1].value, "value-2");
+    /* the callback stops the walk */
+    collect(&c, 1);
+    ck_assert_int_eq(c.n, 1);
+
+    ck_assert_int_eq(claim("op-4", H1, T0 + 2, &op), STORE_CLAIM_NEW);
+    uint64_t s4 = complete("op-4", 1, "value-3", T0 + 3);
+    ck_assert_uint_gt(s4, 3);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 3);
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 3);
+    ck_assert_uint_eq(c.e[2].seq, s4);
+}
+END_TEST
+
+START_TEST(test_store_outbox_seq_not_reused_after_all_acked)
+{
+    struct store_op op;
+    uint64_t last = 0;
+    for (int round = 0; round < 3; round++) {
+        char id[32];
+        snprintf(id, sizeof(id), "op-%d", round);
+        ck_assert_int_eq(claim(id, H1, T0, &op), STORE_CLAIM_NEW);
+        uint64_t seq = complete(id, 1, "v", T0 + 1);
+        ck_assert_uint_gt(seq, last);
+        last = seq;
+        ck_assert_int_eq(store_outbox_ack(g_st, seq, id, g_err,
+                                          sizeof(g_err)),
+                         DD_OK);
+        ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+        reopen_as("a", round % 2 ? "r-odd" : "r-even");
+    }
+}
+END_TEST
+
+/* C-24 (store part): A completed and delivered 40..42; B, holding the same
+ * state (the changelog restore is the pipeline's), gets DUPLICATE x3 with A's
+ * event keys, no conflict, and nothing to publish again. */
+START_TEST(test_store_c24_delivered_ops_are_duplicates_for_instance_b)
+{
+    struct store_op op;
+    struct collect c;
+    const char *eks[3] = {EK1, EK2, H2};
+    char id[32];
+    for (int off = 40; off <= 42; off++) {
+        snprintf(id, sizeof(id), "scrape.jobs-op-%d", off);
+        enum store_claim_result r;
+        ck_assert_int_eq(store_claim(g_st, id, H1, eks[off - 40], "x", T0, &r,
+                                     &op, g_err, sizeof(g_err)),
+                         DD_OK);
+        ck_assert_int_eq(r, STORE_CLAIM_NEW);
+        uint64_t seq = complete(id, 1, "result", T0 + 1);
+        ck_assert_int_eq(store_outbox_ack(g_st, seq, id, g_err,
+                                          sizeof(g_err)),
+                         DD_OK);
+    }
+    reopen_as("b", "r1");
+    int dups = 0, conflicts = 0;
+    for (int off = 40; off <= 42; off++) {
+        snprintf(id, sizeof(id), "scrape.jobs-op-%d", off);
+        enum store_claim_result r = claim(id, H1, T0 + 2, &op);
+        dups += r == STORE_CLAIM_DUPLICATE;
+        conflicts += r == STORE_CLAIM_CONFLICT;
+        ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+        ck_assert_int_eq(op.outbox_state, STORE_OUTBOX_SENT);
+        ck_assert_str_eq(op.event_key, eks[off - 40]);
+    }
+    ck_assert_int_eq(dups, 3);
+    ck_assert_int_eq(conflicts, 0);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* TTL                                                                     */
+
+/* C-28: written at 1000 s with TTL 3600 s; arrivals at 4599, 4600, 4601 s. */
+START_TEST(test_store_c28_expiry_boundary_without_compaction)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("job", H1, 1000000, &op), STORE_CLAIM_NEW);
+    complete("job", 1, "v", 1000000);
+    ck_assert(get("job", 0, &op));
+    ck_assert_int_eq(op.expires_at_ms, 4600000);
+
+    ck_assert_int_eq(claim("job", H1, 4599000, &op), STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(claim("job", H1, 4600000, &op), STORE_CLAIM_DUPLICATE);
+    ck_assert(get("job", 4600000, &op));
+    ck_assert(!get("job", 4600001, &op));
+    ck_assert_int_eq(claim("job", H1, 4601000, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert_uint_eq(op.generation, 1);
+    ck_assert_int_eq(op.created_at_ms, 4601000);
+    ck_assert_int_eq(op.expires_at_ms, 4601000 + OPS_TTL);
+}
+END_TEST
+
+START_TEST(test_store_c28_same_answers_after_manual_compaction)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("job", H1, 1000000, &op), STORE_CLAIM_NEW);
+    complete("job", 1, "v", 1000000);
+
+    store_set_filter_clock(g_st, 4599000);
+    store_compact(g_st);
+    ck_assert(get("job", 0, &op)); /* physically present */
+    ck_assert_int_eq(claim("job", H1, 4599000, &op), STORE_CLAIM_DUPLICATE);
+
+    store_set_filter_clock(g_st, 4600000);
+    store_compact(g_st);
+    ck_assert(get("job", 0, &op)); /* same boundary as reads: kept */
+    ck_assert_int_eq(claim("job", H1, 4600000, &op), STORE_CLAIM_DUPLICATE);
+
+    store_set_filter_clock(g_st, 4601000);
+    store_compact(g_st);
+    ck_assert(!get("job", 0, &op)); /* gone */
+    ck_assert_int_eq(claim("job", H1, 4601000, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(op.expires_at_ms, 4601000 + OPS_TTL);
+}
+END_TEST
+
+START_TEST(test_store_ttl_expired_absent_before_compaction_gone_after)
+{
+    struct store_op op;
+    bool seen = false, first = false;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    complete("op-1", 1, "v", T0);
+    ck_assert_int_eq(store_mark_seen(g_st, "k", 1, 1000, T0, &seen, g_err,
+                                     sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen);
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0, &first, g_err,
+                                         sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+
+    /* expired: absent on read although RocksDB still holds the bytes */
+    int64_t later = T0 + OPS_TTL + 1;
+    ck_assert(!get("op-1", later, &op));
+    ck_assert(get("op-1", 0, &op));
+
+    /* the filter runs on compaction only, with the filter clock */
+    store_compact(g_st); /* wall clock: everything at T0 is long expired */
+    ck_assert(!get("op-1", 0, &op));
+    ck_assert_int_eq(store_mark_seen(g_st, "k", 1, 1000, T0, &seen, g_err,
+                                     sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen); /* the seen record was dropped too */
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0, &first, g_err,
+                                         sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first); /* and the conflict record */
+    ck_assert_int_eq(claim("op-1", H1, later, &op), STORE_CLAIM_NEW);
+}
+END_TEST
+
+START_TEST(test_store_ttl_filter_keeps_unexpired_and_outbox)
+{
+    struct store_op op;
+    struct collect c;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    complete("op-1", 1, "v", T0);
+    store_set_filter_clock(g_st, T0 + 1);
+    store_compact(g_st);
+    ck_assert(get("op-1", T0 + 1, &op));
+    /* far beyond every TTL: the op goes, the outbox entry stays */
+    store_set_filter_clock(g_st, INT64_MAX);
+    store_compact(g_st);
+    ck_assert(!get("op-1", 0, &op));
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 1);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 1);
+    store_set_filter_clock(g_st, 0);
+}
+END_TEST
+
+START_TEST(test_store_failed_op_uses_failed_ttl)
+{
+    struct store_op op;
+    uint64_t seq = 0;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_FAILED,
+                                    "timeout", 3, "dead", 4, T0 + 5, &seq,
+                                    g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 5, &op));
+    ck_assert_int_eq(op.state, STORE_OP_FAILED);
+    ck_assert_str_eq(op.category, "timeout");
+    ck_assert_uint_eq(op.attempts, 3);
+    ck_assert_int_eq(op.expires_at_ms, T0 + 5 + FAILED_TTL);
+    ck_assert_int_eq(claim("op-1", H1, T0 + 5 + FAILED_TTL, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(op.state, STORE_OP_FAILED);
+    ck_assert_int_eq(claim("op-1", H1, T0 + 6 + FAILED_TTL, &op),
+                     STORE_CLAIM_NEW);
+    ck_assert_str_eq(op.category, "");
+    ck_assert_uint_eq(op.attempts, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* seen and conflicts                                                      */
+
+START_TEST(test_store_mark_seen_twice_reports_duplicate)
+{
+    bool seen = true;
+    const char key[] = {'a', 0, 'b'}; /* bytes, not a C string */
+    ck_assert_int_eq(store_mark_seen(g_st, key, sizeof(key), 1000, T0, &seen,
+                                     g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen);
+    ck_assert_int_eq(store_mark_seen(g_st, key, sizeof(key), 1000, T0 + 1000,
+                                     &seen, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(seen);
+    ck_assert_int_eq(store_mark_seen(g_st, "a", 1, 1000, T0, &seen, g_err,
+                                     sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen); /* "a" is another key than "a\0b" */
+    /* expired: absent again, and a duplicate did not extend it */
+    ck_assert_int_eq(store_mark_seen(g_st, key, sizeof(key), 1000, T0 + 1001,
+                                     &seen, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen);
+    ck_assert_int_eq(store_mark_seen(g_st, key, sizeof(key), 1000, T0 + 2001,
+                                     &seen, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(seen);
+}
+END_TEST
+
+START_TEST(test_store_mark_seen_rejects_bad_key)
+{
+    bool seen;
+    char big[STORE_KEY_MAX + 1];
+    memset(big, 'x', sizeof(big));
+    ck_assert_int_eq(store_mark_seen(g_st, big, 0, 1000, T0, &seen, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_int_eq(store_mark_seen(g_st, big, sizeof(big), 1000, T0, &seen,
+                                     g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_mark_seen: key of 513 bytes (must be "
+                            "1..512)");
+    ck_assert_int_eq(store_mark_seen(g_st, "k", 1, -1, T0, &seen, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_mark_seen: negative ttl_ms -1");
+    ck_assert_int_eq(store_mark_seen(g_st, big, STORE_KEY_MAX, 1000, T0, &seen,
+                                     g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!seen);
+}
+END_TEST
+
+START_TEST(test_store_conflict_mark_first_then_second)
+{
+    bool first = false;
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0, &first, g_err,
+                                         sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0 + 1, &first,
+                                         g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!first);
+    /* another hash, another op: each reported once */
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H1, T0 + 1, &first,
+                                         g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-2", H2, T0 + 1, &first,
+                                         g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+    /* TTL = ops TTL */
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0 + OPS_TTL,
+                                         &first, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!first);
+    ck_assert_int_eq(store_conflict_mark(g_st, "op-1", H2, T0 + OPS_TTL + 1,
+                                         &first, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(first);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* layout                                                                  */
+
+START_TEST(test_store_open_creates_column_families_and_layout_version)
+{
+    char *err = NULL;
+    size_t n = 0;
+    store_close(g_st);
+    g_st = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    char **names = rocksdb_list_column_families(o, g_dir, &n, &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    ck_assert_uint_eq(n, 6);
+    for (int i = 0; i < RAW_CF_N; i++) {
+        bool has = false;
+        for (size_t j = 0; j < n; j++)
+            has = has || strcmp(names[j], raw_cf_names[i]) == 0;
+        ck_assert_msg(has, "missing column family %s", raw_cf_names[i]);
+    }
+    rocksdb_list_column_families_destroy(names, n);
+    rocksdb_options_destroy(o);
+
+    struct raw r;
+    raw_open(&r);
+    size_t vlen = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    char *v = rocksdb_get_cf(r.db, ro, r.cf[RAW_META], "layout_version", 14,
+                             &vlen, &err);
+    rocksdb_readoptions_destroy(ro);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(vlen, 4);
+    ck_assert_mem_eq(v, "\x01\x00\x00\x00", 4);
+    rocksdb_free(v);
+    raw_close(&r);
+    reopen_as("a", "r2");
+}
+END_TEST
+
+START_TEST(test_store_newer_layout_version_is_fatal)
+{
+    struct raw r;
+    raw_open(&r);
+    raw_put(&r, RAW_META, "layout_version", "\x02\x00\x00\x00", 4);
+    char *err = NULL;
+    /* a newer dedupd may add column families: they must not hide the cause */
+    rocksdb_column_family_handle_t *h =
+        rocksdb_create_column_family(r.db, r.opts, "attempts", &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    rocksdb_column_family_handle_destroy(h);
+    raw_close(&r);
+
+    char want[256];
+    snprintf(want, sizeof(want),
+             "store at %s has layout version 2, newer than this dedupd's 1",
+             g_dir);
+    ck_assert_int_eq(open_as("a", "r2"), DD_ERR_FATAL);
+    ck_assert_ptr_null(g_st);
+    ck_assert_str_eq(g_err, want);
+}
+END_TEST
+
+START_TEST(test_store_corrupt_op_record_is_fatal)
+{
+    struct raw r;
+    raw_open(&r);
+    raw_put(&r, RAW_OPS, "short", "xyz", 3);
+    unsigned char future[24] = {9, 1};
+    raw_put(&r, RAW_OPS, "future", future, sizeof(future));
+    unsigned char truncated[20] = {1, 1};
+    raw_put(&r, RAW_OPS, "truncated", truncated, sizeof(truncated));
+    raw_close(&r);
+    reopen_as("a", "r2");
+
+    struct store_op op;
+    bool found;
+    enum store_claim_result res;
+    ck_assert_int_eq(store_op_get(g_st, "short", T0, &op, &found, g_err,
+                                  sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_str_eq(g_err, "store: ops record 'short' is corrupt: 3 bytes, "
+                            "shorter than its header");
+    ck_assert_int_eq(store_claim(g_st, "future", H1, EK1, "s", T0, &res, &op,
+                                 g_err, sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_str_eq(g_err, "store: ops record 'future' has layout version 9 "
+                            "type 1, expected version 1 type 1");
+    ck_assert_int_eq(store_op_get(g_st, "truncated", T0, &op, &found, g_err,
+                                  sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_str_eq(g_err, "store: ops record 'truncated' is corrupt (20 "
+                            "bytes, state 0, outbox state 0)");
+
+    /* the filter keeps what it cannot read */
+    store_set_filter_clock(g_st, INT64_MAX);
+    store_compact(g_st);
+    raw_open(&r);
+    ck_assert(raw_exists(&r, RAW_OPS, "short"));
+    ck_assert(raw_exists(&r, RAW_OPS, "future"));
+    raw_close(&r);
+    reopen_as("a", "r3");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* forget                                                                  */
+
+START_TEST(test_store_forget_drops_op)
+{
+    struct store_op op;
+    bool found = false;
+    int64_t now = wall_ms();
+    ck_assert_int_eq(claim("op-1", H1, now, &op), STORE_CLAIM_NEW);
+    complete("op-1", 1, "v", now);
+    ck_assert_int_eq(store_forget(g_st, "op-1", &found, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(found);
+    ck_assert(!get("op-1", 0, &op));
+    ck_assert_int_eq(store_forget(g_st, "op-1", &found, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!found);
+    ck_assert_int_eq(claim("op-1", H2, now + 1, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_forget(g_st, "", &found, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    /* an expired record is not "found", yet removed */
+    ck_assert_int_eq(claim("op-old", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_forget(g_st, "op-old", &found, g_err,
+                                  sizeof(g_err)),
+                     DD_OK);
+    ck_assert(!found);
+    ck_assert(!get("op-old", 0, &op));
+}
+END_TEST
+
+START_TEST(test_store_2str)
+{
+    ck_assert_str_eq(store_claim_result2str(STORE_CLAIM_NEW), "new");
+    ck_assert_str_eq(store_claim_result2str(STORE_CLAIM_DUPLICATE),
+                     "duplicate");
+    ck_assert_str_eq(store_claim_result2str(STORE_CLAIM_CONFLICT), "conflict");
+    ck_assert_str_eq(store_claim_result2str(STORE_CLAIM_RECLAIMED),
+                     "reclaimed");
+    ck_assert_str_eq(store_claim_result2str((enum store_claim_result)99),
+                     "unknown");
+    ck_assert_str_eq(store_op_state2str(STORE_OP_RUNNING), "running");
+    ck_assert_str_eq(store_op_state2str(STORE_OP_RETRYABLE), "retryable");
+    ck_assert_str_eq(store_op_state2str(STORE_OP_COMPLETE), "complete");
+    ck_assert_str_eq(store_op_state2str(STORE_OP_FAILED), "failed");
+    ck_assert_str_eq(store_op_state2str((enum store_op_state)0), "unknown");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+
+static TCase *tcase(const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    return tc;
+}
+
+Suite *store_suite(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc;
+
+    tc = tcase("claim");
+    tcase_add_test(tc, test_store_claim_new_then_duplicate);
+    tcase_add_test(tc, test_store_claim_conflict_on_different_hash);
+    tcase_add_test(tc, test_store_claim_rejects_bad_op_id);
+    tcase_add_test(tc, test_store_c29_conflict_duplicate_and_new_after_expiry);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("race");
+    tcase_add_test(tc, test_store_claim_race_exactly_one_new_per_op_id);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("fencing");
+    tcase_add_test(tc, test_store_complete_stale_generation_is_state_error);
+    tcase_add_test(tc, test_store_complete_by_other_owner_is_state_error);
+    tcase_add_test(tc, test_store_complete_twice_is_state_error);
+    tcase_add_test(tc, test_store_complete_rejects_non_final_state);
+    tcase_add_test(tc, test_store_lease_renew_extends_and_fences);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("lease");
+    tcase_add_test(tc, test_store_lease_expiry_reclaims_generation_2);
+    tcase_add_test(tc, test_store_reopen_new_run_reclaims_at_once);
+    tcase_add_test(tc, test_store_open_rejects_bad_conf);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("outbox");
+    tcase_add_test(tc, test_store_outbox_complete_foreach_ack);
+    tcase_add_test(tc, test_store_outbox_ack_is_idempotent);
+    tcase_add_test(tc, test_store_outbox_ack_of_another_ops_entry_is_inval);
+    tcase_add_test(tc, test_store_outbox_reopen_keeps_pending_and_seq_grows);
+    tcase_add_test(tc, test_store_outbox_seq_not_reused_after_all_acked);
+    tcase_add_test(tc,
+                   test_store_c24_delivered_ops_are_duplicates_for_instance_b);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("ttl");
+    tcase_add_test(tc, test_store_c28_expiry_boundary_without_compaction);
+    tcase_add_test(tc, test_store_c28_same_answers_after_manual_compaction);
+    tcase_add_test(tc,
+                   test_store_ttl_expired_absent_before_compaction_gone_after);
+    tcase_add_test(tc, test_store_ttl_filter_keeps_unexpired_and_outbox);
+    tcase_add_test(tc, test_store_failed_op_uses_failed_ttl);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("seen_conflicts");
+    tcase_add_test(tc, test_store_mark_seen_twice_reports_duplicate);
+    tcase_add_test(tc, test_store_mark_seen_rejects_bad_key);
+    tcase_add_test(tc, test_store_conflict_mark_first_then_second);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("layout");
+    tcase_add_test(tc,
+                   test_store_open_creates_column_families_and_layout_version);
+    tcase_add_test(tc, test_store_newer_layout_version_is_fatal);
+    tcase_add_test(tc, test_store_corrupt_op_record_is_fatal);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("forget");
+    tcase_add_test(tc, test_store_forget_drops_op);
+    tcase_add_test(tc, test_store_2str);
+    suite_add_tcase(s, tc);
+
+    return s;
+}
