@@ -11,20 +11,22 @@
 #define DEDUPD_KCONF_H
 
 #include <librdkafka/rdkafka.h>
+#include <stdbool.h>
 
 #include "err.h"
 
 struct cfg;
 
 /**
- * @brief Build a rd_kafka_conf_t from \p cfg plus \p fixed name/value pairs
+ * @brief Build a rd_kafka_conf_t from \p cfg (consumer-only kafka.* properties
+ *        such as group.instance.id are left out unless \p consumer) plus \p fixed name/value pairs
  *        (NULL-terminated array "name","value",...,NULL), which override
  *        kafka.* (they carry dedupd's guarantees, e.g. enable.idempotence).
  * @param out  Out: conf, owned by the caller (rd_kafka_new takes it on success).
  * @returns DD_OK; DD_ERR_INVAL ("config: kafka.NAME: librdkafka's reason").
  */
-dd_err_t kconf_new(const struct cfg *cfg, const char *const *fixed,
-                   rd_kafka_conf_t **out, char *errstr,
-                   size_t errstr_size) DD_WUR;
+dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
+                   const char *const *fixed, rd_kafka_conf_t **out,
+                   char *errstr, size_t errstr_size) DD_WUR;
 
 #endif

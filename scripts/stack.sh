@@ -58,7 +58,8 @@ NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 TINYPROXY_BIN=${TINYPROXY_BIN:-/usr/bin/tinyproxy}
 DANTED_BIN=${DANTED_BIN:-/usr/sbin/danted}
 
-# name partitions extra-config
+# Topics created by `up` (TOPIC_PARTITIONS partitions each, replication factor 1);
+# topic_config gives the extra --config of a topic.
 TOPICS=(scrape.jobs scrape.results scrape.conflicts scrape.jobs.dlq dedupd.changelog)
 topic_config() { [ "$1" = dedupd.changelog ] && echo "cleanup.policy=compact" || true; }
 
@@ -129,6 +130,8 @@ write_if_changed() {
 HEALTH_URL="http://$ORIGIN_HOST:$ORIGIN_PORT/__health"
 kafka_answers() {
   local n
+  # (kcat waits its whole -m timeout on a refused connection: check the port first)
+  ss -Hltn "src $KAFKA_HOST:$KAFKA_PORT" 2>/dev/null | grep -q . || return 1
   n=$(timeout 10 kcat -b "$KAFKA_HOST:$KAFKA_PORT" -L -J -m 2 2>/dev/null | jq -r '.brokers | length' 2>/dev/null) || return 1
   [ "${n:-0}" -ge 1 ]
 }

@@ -811,7 +811,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         "enable.partition.eof", "true",
         NULL, NULL, NULL};
     rd_kafka_conf_t *kc = NULL;
-    err = kconf_new(cfg, fixed, &kc, errstr, errstr_size);
+    err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
     if (err)
         goto out;
     /* Eager assignors unless the operator chose through kafka.*; librdkafka

@@ -41,8 +41,9 @@ static dd_err_t set1(rd_kafka_conf_t *c, const char *name, const char *value,
     return DD_OK;
 }
 
-dd_err_t kconf_new(const struct cfg *cfg, const char *const *fixed,
-                   rd_kafka_conf_t **out, char *errstr, size_t errstr_size)
+dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
+                   const char *const *fixed, rd_kafka_conf_t **out,
+                   char *errstr, size_t errstr_size)
 {
     rd_kafka_conf_t *c = rd_kafka_conf_new();
     dd_err_t err = set1(c, "bootstrap.servers", cfg->bootstrap_servers,
@@ -53,14 +54,10 @@ dd_err_t kconf_new(const struct cfg *cfg, const char *const *fixed,
             err = set1(c, "sasl.password", cfg->sasl_password, "", errstr,
                        errstr_size);
     }
-    bool producer = false;
-    for (size_t i = 0; fixed && fixed[i]; i += 2)
-        if (!strcmp(fixed[i], "enable.idempotence") || !strcmp(fixed[i], "acks"))
-            producer = true;
     for (size_t i = 0; !err && i < cfg->kafka_names.n; i++) {
         /* One kafka.* table serves both clients: consumer-only properties are
          * not given to producers (librdkafka would warn on each). */
-        if (producer && is_consumer_only(cfg->kafka_names.v[i]))
+        if (!consumer && is_consumer_only(cfg->kafka_names.v[i]))
             continue;
         err = set1(c, cfg->kafka_names.v[i], cfg->kafka_values.v[i], "kafka.",
                    errstr, errstr_size);

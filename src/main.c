@@ -355,7 +355,7 @@ static int cmd_tail(int argc, char **argv)
                            "enable.partition.eof", "true",
                            "enable.auto.offset.store", "true", NULL};
     rd_kafka_conf_t *kc = NULL;
-    if (kconf_new(cfg, fixed, &kc, e, sizeof(e))) {
+    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         store_close(store);
         cfg_destroy(cfg);
@@ -523,7 +523,7 @@ static int cmd_topics(int argc, char **argv)
         return EXIT_USAGE;
     char e[DD_ERRSTR_SIZE];
     rd_kafka_conf_t *kc = NULL;
-    if (kconf_new(cfg, NULL, &kc, e, sizeof(e))) {
+    if (kconf_new(cfg, false, NULL, &kc, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         cfg_destroy(cfg);
         return EXIT_USAGE;

@@ -51,7 +51,7 @@ dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
         return DD_ERR_NOMEM;
     p->dr = dr;
     rd_kafka_conf_t *c = NULL;
-    dd_err_t err = kconf_new(cfg, fixed, &c, errstr, errstr_size);
+    dd_err_t err = kconf_new(cfg, false, fixed, &c, errstr, errstr_size);
     if (err) {
         free(p);
         return err;

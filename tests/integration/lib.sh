@@ -27,7 +27,7 @@ expect_eq() { # expect_eq ACTUAL EXPECTED WHAT
 }
 
 # pages N: N page URLs of the origin, tagged with this test's id.
-pages() { grep -E '\.html$' "$ORIGIN_PAGES" | head -n "$1" | sed "s|\$|?t=$T|"; }
+pages() { awk -v n="$1" -v t="$T" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES"; }
 
 log_mark() { wc -l < "$ORIGIN_ACCESS_LOG"; }
 # log_since MARK: access log lines of this test written after MARK.
