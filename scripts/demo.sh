@@ -27,6 +27,7 @@ step "starting the local stack"
 eval "$(./scripts/stack.sh env)"
 
 export DEDUPD_BROKER__BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP
+export DEDUPD_PROXY__EXITS=${PROXY_EXITS// /,}
 export DEDUPD_STORE__PATH=$DEMO_DIR/store
 export DEDUPD_TAIL__STORE_PATH=$DEMO_DIR/tail
 dedupd=$root/build/dedupd

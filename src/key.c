@@ -37,6 +37,7 @@
 #include <curl/curl.h>
 #include <locale.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -468,6 +469,25 @@ static void to_hex(const unsigned char *md, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+/*
+ * OpenSSL 3 resolves EVP_sha256() through an implicit fetch (a provider
+ * lookup under a lock) on every digest; fetching once saves that on the hot
+ * path.  The method lives for the process (still reachable at exit).
+ */
+static const EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+static const EVP_MD *sha256(void)
+{
+    pthread_once(&sha256_once, sha256_fetch);
+    return sha256_md ? sha256_md : EVP_sha256();
+}
+
 void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -475,7 +495,7 @@ void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
     /* EVP_Digest fails only when OpenSSL cannot allocate its context.  There
      * is no safe fallback value for an identity hash (a constant would merge
      * unrelated jobs), so stop. */
-    if (EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) != 1 ||
+    if (EVP_Digest(data, len, md, &mdlen, sha256(), NULL) != 1 ||
         mdlen != KEY_HEX_LEN / 2)
         abort();
     to_hex(md, mdlen, out);
@@ -489,7 +509,7 @@ void key_event_key(const char *op_id, const char *request_hash,
     unsigned int mdlen = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     /* As in key_sha256_hex: no safe fallback for an identity hash. */
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
+    if (!ctx || EVP_DigestInit_ex(ctx, sha256(), NULL) != 1 ||
         EVP_DigestUpdate(ctx, prefix, sizeof(prefix) - 1) != 1 ||
         EVP_DigestUpdate(ctx, op_id, strlen(op_id)) != 1 ||
         EVP_DigestUpdate(ctx, "\n", 1) != 1 ||

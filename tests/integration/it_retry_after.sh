@@ -4,7 +4,7 @@
 # job once.  No job fails, none is fetched twice.
 source "$(dirname "$0")/lib.sh"
 throttled=${THROTTLED_EXIT:-127.0.0.2}
-export DEDUPD_PROXY__EXITS="http://$throttled:18888"
+export DEDUPD_PROXY__EXITS=$(tr " " "\n" <<<"$PROXY_EXITS" | grep -F "//$throttled:")
 export DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=30000   # would fail the run if used
 pages 60 | jq -Rc '{url: .}' > "$WORK/jobs.ndjson"
 mark=$(log_mark)

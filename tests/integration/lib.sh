@@ -10,6 +10,7 @@ T="$(basename "$0" .sh)-$$-$(date +%s)"
 WORK=$(mktemp -d "/tmp/dedupd-$T.XXXX")
 trap 'rm -rf "$WORK"' EXIT
 export DEDUPD_BROKER__BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP
+export DEDUPD_PROXY__EXITS=${PROXY_EXITS// /,}
 export DEDUPD_TOPICS__JOBS=$T.jobs DEDUPD_TOPICS__RESULTS=$T.results
 export DEDUPD_TOPICS__CONFLICTS=$T.conflicts DEDUPD_TOPICS__DLQ=$T.dlq
 export DEDUPD_CONSUMER__GROUP_ID=$T DEDUPD_TAIL__GROUP_ID=$T-tail
