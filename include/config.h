@@ -6,6 +6,8 @@
  * nested objects whose dotted paths are the option names
  * (`{"fetch": {"timeout_ms": 10000}}` is `fetch.timeout_ms`), then the environment:
  * `DEDUPD_` + the path upper-cased with `.` as `__` (DEDUPD_FETCH__TIMEOUT_MS).
+ * Only DEDUPD_* variables that contain "__" are options (others, such as
+ * DEDUPD_STACK_DIR, belong to the scripts and are ignored).
  * `kafka.*` keys pass through to librdkafka (rd_kafka_conf_set) unchanged.
  * Unknown keys, wrong types and out-of-range values stop start-up with
  * "FILE: KEY: message" (the value is never echoed for secret options).

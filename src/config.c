@@ -390,6 +390,12 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         const char *eq = strchr(envp[i], '=');
         if (!eq)
             continue;
+        /* Options are "section.key", so their variables contain "__"
+         * (DEDUPD_FETCH__TIMEOUT_MS); other DEDUPD_* variables belong to the
+         * scripts (DEDUPD_STACK_DIR, ...) and are not ours to refuse. */
+        const char *dunder = strstr(envp[i], "__");
+        if (!dunder || dunder > eq)
+            continue;
         char envname[256], name[256];
         snprintf(envname, sizeof(envname), "%.*s", (int)(eq - envp[i] - 7),
                  envp[i] + 7);
