@@ -52,7 +52,10 @@ log_start=$(cat "$DEMO_DIR/access_log_start")
 run_log_start=$(wc -l < "$ORIGIN_ACCESS_LOG")
 
 step "generating jobs from $(grep -c . "$ORIGIN_PAGES") origin pages"
-./scripts/gen-jobs.sh "$ORIGIN_PAGES" "$DEMO_JOBS" > "$DEMO_DIR/jobs.ndjson"
+# Jobs name the origin "localhost" (the exits resolve it), so host-case
+# variants such as "LocalHost" exist among the duplicates.
+sed 's|^http://127\.0\.0\.1:|http://localhost:|' "$ORIGIN_PAGES" > "$DEMO_DIR/pages.txt"
+./scripts/gen-jobs.sh "$DEMO_DIR/pages.txt" "$DEMO_JOBS" > "$DEMO_DIR/jobs.ndjson"
 jobs_submitted=$(wc -l < "$DEMO_DIR/jobs.ndjson")
 
 step "submitting $jobs_submitted jobs to $KAFKA_BOOTSTRAP"

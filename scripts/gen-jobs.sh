@@ -25,7 +25,7 @@ function variant(u, v,   s, p, q, h) {
   if (v == 3) return u "#section"
   if (v == 4) { if (!sub(/-/, "%2d", u)) sub(/\.html/, "%2Ehtml", u); return u }
   if (v == 5) { if (!sub(/-/, "%2D", u)) sub(/\.html/, "%2ehtml", u); return u }
-  if (v == 6) { sub(/^http:\/\/localhost/, "http://LocalHost", u); return u }
+  if (v == 6) { if (!sub(/^http:\/\/localhost/, "http://LocalHost", u)) sub(/^http:/, "HTTP:", u); return u }
   return u
 }
 {
