@@ -55,6 +55,17 @@ struct fetch_req {
     void *opaque;                     /**< returned in the result */
 };
 
+/** One attempt of a fetch (redirect hops of one attempt share its record). */
+struct fetch_attempt {
+    int64_t started_at_ms, ended_at_ms;
+    long status;                /**< HTTP status, 0 if none */
+    uint64_t bytes;             /**< body bytes received */
+    char session[128];          /**< session name, never credentials */
+    char exit_addr[64];         /**< address connected to (proxy or target) */
+    char category[32];          /**< failure category, "" if it succeeded */
+    char error[256];            /**< error text, "" if none */
+};
+
 /** A finished fetch.  Owned by the caller of fetch_take(): fetch_result_destroy. */
 struct fetch_result {
     void *opaque;
@@ -71,6 +82,8 @@ struct fetch_result {
     uint32_t throttled;         /**< blocked answers (429...) seen */
     char session[128];          /**< session name (exit), never credentials */
     int64_t fetched_at_ms;      /**< end of the last attempt */
+    struct fetch_attempt *attempt_log; /**< one record per attempt (owned) */
+    size_t n_attempt_log;
 };
 
 /** Cumulative counters (read any time; atomics). */

@@ -60,6 +60,8 @@ struct store_conf {
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     bool sync;                 /**< fsync the WAL on every write batch */
+    size_t index_max_bytes;    /**< bound of the hot index; 0 = 64 MiB;
+                                    at most 64 bytes per indexed op_id */
 };
 
 enum store_op_state {
@@ -238,6 +240,96 @@ dd_err_t store_mark_seen(struct store *store, const void *key, size_t key_len,
  */
 dd_err_t store_forget(struct store *store, const char *op_id, bool *found,
                       char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- attempts (CF "attempts": op_id + "\n" + 4-byte big-endian number) --- */
+
+#define STORE_ERROR_MAX 255
+#define STORE_SESSION_MAX 127
+
+/** One fetch attempt of an op (plain copy; owns nothing).  Never credentials. */
+struct store_attempt {
+    uint32_t number;                          /**< 1-based */
+    uint64_t generation;                      /**< op generation it ran under */
+    int64_t started_at_ms, ended_at_ms;
+    int32_t status;                           /**< HTTP status, 0 if none */
+    uint64_t bytes;                           /**< body bytes received */
+    char session[STORE_SESSION_MAX + 1];      /**< session name */
+    char exit_addr[STORE_SESSION_MAX + 1];    /**< exit (proxy host:port,
+                                                   "direct") */
+    char category[STORE_CATEGORY_MAX + 1];    /**< "" when it succeeded */
+    char error[STORE_ERROR_MAX + 1];          /**< error text or "" */
+};
+
+/**
+ * @brief Record attempts of \p op_id in one WriteBatch (TTL of ops, from
+ *        \p now_ms).  Written when the op finishes, just before store_complete;
+ *        an existing record with the same number is overwritten.
+ * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO.
+ */
+dd_err_t store_attempts_put(struct store *store, const char *op_id,
+                            const struct store_attempt *attempts, size_t n,
+                            int64_t now_ms, char *errstr,
+                            size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read every unexpired attempt of \p op_id in number order.
+ * @param out  Out: array to free() (NULL when *n == 0).
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_FATAL (unknown layout).
+ */
+dd_err_t store_attempts_get(struct store *store, const char *op_id,
+                            int64_t now_ms, struct store_attempt **out,
+                            size_t *n, char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- batched claims and the hot index ----------------------------------- */
+
+/** One claim of a batch: inputs, then outputs filled by store_claim_batch. */
+struct store_claim_req {
+    const char *op_id;          /**< in */
+    const char *request_hash;   /**< in */
+    const char *event_key;      /**< in */
+    const char *source;         /**< in */
+    enum store_claim_result result; /**< out */
+    struct store_op op;         /**< out: as store_claim */
+    dd_err_t err;               /**< out: per-request error (DD_OK) */
+};
+
+/**
+ * @brief Claim \p n ops at once, with the same answers as calling store_claim()
+ *        on each in array order (a repeated op_id in the batch: the first wins,
+ *        later ones see it running under this run's lease).  Keys the hot index
+ *        cannot decide are read with one batched MultiGet (sorted); every new
+ *        or reclaimed op is written in one WriteBatch (one WAL sync).
+ * @returns DD_OK (see each req->err); DD_ERR_IO when the batch write failed
+ *          (then no claim of the batch took effect).
+ */
+dd_err_t store_claim_batch(struct store *store, struct store_claim_req *reqs,
+                           size_t n, int64_t now_ms, char *errstr,
+                           size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Fast path (DESIGN.md section 2): does the in-memory hot index prove
+ *        that \p op_id is a finished (complete or failed), unexpired op whose
+ *        request_hash is \p request_hash?  Never reads RocksDB.
+ * @param state Out (may be NULL): the op's state when true.
+ * @returns true only when proven; false means "take the full path".
+ * @locality any thread.
+ */
+bool store_index_duplicate(struct store *store, const char *op_id,
+                           size_t op_id_len, const char *request_hash,
+                           int64_t now_ms, enum store_op_state *state);
+
+/** Hot index counters. */
+struct store_index_stats {
+    uint64_t entries;        /**< op_ids indexed */
+    uint64_t capacity;       /**< slots */
+    uint64_t bytes;          /**< memory of the index */
+    bool complete;           /**< holds every live op_id (rebuild done, under
+                                  its bound): absence is proven */
+    uint64_t hits, misses;   /**< decisions made / left to RocksDB */
+};
+
+/** @brief Copy the hot index counters. */
+void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
 /**
  * @brief Compact every column family over its whole range, which runs the TTL

@@ -360,6 +360,12 @@ http {
       limit_req zone=dd_throttle burst=$THROTTLE_BURST nodelay;
       error_page 429 /__429.html;
     }
+    # The same pages, sent slowly (SLOW_RATE bytes/s per request), so that
+    # tests can have fetches in flight when they kill dedupd.
+    location /slow/ {
+      alias $DOCROOT/;
+      limit_rate ${SLOW_RATE:-16k};
+    }
     location = /__429.html {
       internal;
       add_header Retry-After 1 always;

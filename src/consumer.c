@@ -46,6 +46,8 @@ struct opctx {
     uint64_t generation;
     struct pmsg *msgs;    /* the claiming message and its in-flight duplicates */
     uint64_t seq;
+    bool stored;          /* result committed to the store (lease no longer
+                             needed) */
 };
 
 enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
@@ -95,6 +97,7 @@ struct pipeline {
     size_t n_blocked;
     size_t pending_out;   /* produced, not yet acknowledged */
     int64_t last_activity_ms;
+    int64_t next_renew_ms;
     bool assigned_once;
 };
 
@@ -682,6 +685,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result *r)
         return;
     }
     o->seq = seq;
+    o->stored = true;
     struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id, o->job->event_key,
                                   o->generation, v, vlen);
     m->op = o;
@@ -703,6 +707,28 @@ static int replay_cb(void *opaque, uint64_t seq, const char *op_id,
     pl->st->replayed_outbox++;
     out_send(pl, m);
     return 0;
+}
+
+/* Renew the leases of ops still being fetched, every lease_ms / 3, so a slow
+ * fetch is never taken over by another worker while it is alive. */
+static void renew_leases(struct pipeline *pl)
+{
+    int64_t now = now_ms();
+    if (now < pl->next_renew_ms)
+        return;
+    pl->next_renew_ms = now + pl->cfg->store_lease_ms / 3;
+    char e[DD_ERRSTR_SIZE];
+    for (size_t b = 0; b < OPMAP_BUCKETS; b++) {
+        for (struct opctx *o = pl->opmap[b]; o; o = o->hnext) {
+            if (o->stored)
+                continue;
+            if (store_lease_renew(pl->store, o->op_id, o->generation, now, e,
+                                  sizeof(e))) {
+                struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+                log_ctx_msg(LOG_WARNING, "store", &lc, "lease renewal: %s", e);
+            }
+        }
+    }
 }
 
 /* ---- rebalance ------------------------------------------------------------ */
@@ -882,6 +908,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         producer_poll(pl->prod, 0);
         retry_due(pl);
         recheck_blocked(pl);
+        renew_leases(pl);
         bool full = pl->n_ops >= (size_t)cfg->fetch_max_inflight;
         if (!stopping && !full) {
             int timeout = pl->n_ops || pl->pending_out ? 2 : 100;

@@ -68,6 +68,8 @@ struct xfer {
     size_t rlen, rcap;
     char *retry_after, *etag, *last_modified, *content_type;
     struct fetch *f;
+    struct fetch_attempt *alog;   /* attempt records */
+    size_t n_alog, cap_alog;
 };
 
 struct fetch {
@@ -373,6 +375,7 @@ static void xfer_free(struct xfer *x)
     free(x->etag);
     free(x->last_modified);
     free(x->content_type);
+    free(x->alog);
     free(x);
 }
 
@@ -410,6 +413,30 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
 
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error);
+
+/* Close the current attempt record with its outcome (first close wins). */
+static void att_close(struct xfer *x, long status, const char *category,
+                      const char *error)
+{
+    if (!x->n_alog)
+        return;
+    struct fetch_attempt *a = &x->alog[x->n_alog - 1];
+    if (a->ended_at_ms)
+        return;
+    a->ended_at_ms = now_ms();
+    a->status = status;
+    a->bytes = x->rlen;
+    snprintf(a->category, sizeof(a->category), "%s", category ? category : "");
+    snprintf(a->error, sizeof(a->error), "%s", error ? error : "");
+    if (x->easy) {
+        char *ip = NULL;
+        long port = 0;
+        curl_easy_getinfo(x->easy, CURLINFO_PRIMARY_IP, &ip);
+        curl_easy_getinfo(x->easy, CURLINFO_PRIMARY_PORT, &port);
+        if (ip && *ip)
+            snprintf(a->exit_addr, sizeof(a->exit_addr), "%s:%ld", ip, port);
+    }
+}
 
 static bool is_blocked(struct fetch *f, long status)
 {
@@ -487,6 +514,19 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
     }
     x->attempts++;
+    if (x->n_alog == 0 || x->alog[x->n_alog - 1].ended_at_ms) {
+        if (x->n_alog == x->cap_alog) {
+            x->cap_alog = x->cap_alog ? x->cap_alog * 2 : 4;
+            x->alog = realloc(x->alog, x->cap_alog * sizeof(*x->alog));
+            if (!x->alog)
+                abort();
+        }
+        memset(&x->alog[x->n_alog], 0, sizeof(*x->alog));
+        x->alog[x->n_alog].started_at_ms = now_ms();
+        snprintf(x->alog[x->n_alog].session, sizeof(x->alog[0].session), "%s",
+                 s->name);
+        x->n_alog++;
+    }
     s->uses++;
     s->active++;
     atomic_fetch_add(&f->st_attempts, 1);
@@ -536,7 +576,12 @@ static struct fetch_result *result_from(struct xfer *x)
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
+    att_close(x, status, ok ? NULL : category, ok ? NULL : error);
     struct fetch_result *r = result_from(x);
+    r->attempt_log = x->alog;
+    r->n_attempt_log = x->n_alog;
+    x->alog = NULL;
+    x->n_alog = x->cap_alog = 0;
     r->ok = ok;
     r->status = status;
     if (!ok) {
@@ -581,6 +626,7 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
                           const char *category, const char *error,
                           bool retryable)
 {
+    att_close(x, status, category, error);
     if (retryable) {
         int64_t d = retry_backoff_ms((int)x->attempts - 1,
                                      f->cfg->fetch_backoff_base_ms,
@@ -1054,5 +1100,6 @@ void fetch_result_destroy(struct fetch_result *r)
     free(r->etag);
     free(r->last_modified);
     free(r->body);
+    free(r->attempt_log);
     free(r);
 }
