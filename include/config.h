@@ -52,7 +52,11 @@ struct cfg {
     struct cfg_strlist proxy_exits;
     struct cfg_strlist identity_variance_headers;
     struct cfg_strlist identity_credential_headers;
+    bool identity_trust_headers;
+    int64_t store_index_max_bytes;
     int64_t limits_max_job_bytes, limits_max_result_bytes;
+    char *admin_listen, *api_listen, *api_token;
+    int64_t api_max_body_bytes;
     char *log_level;
     char *log_debug;
     char *tail_store_path;

@@ -37,13 +37,16 @@ struct consumer_opts {
     int64_t exit_when_idle_ms;     /**< 0 = run until signalled */
     bool shadow;                   /**< claim and publish outcome "shadow" only */
     const volatile sig_atomic_t *run; /**< cleared by the signal handler */
+    const volatile sig_atomic_t *hurry; /**< set by a second signal: leave now
+                                             (in-flight ops keep their lease;
+                                             a restart reclaims them) */
 };
 
 /** Counters of one run. */
 struct consumer_stats {
     uint64_t consumed, new_ops, reclaimed, duplicates, duplicates_inflight,
         conflicts, conflicts_reported, invalid, misrouted, results, failed,
-        replayed_outbox;
+        replayed_outbox, fast_path;
     uint64_t fetch_attempts, rotations, throttled, bytes;
     int64_t first_msg_ms, last_msg_ms;
 };

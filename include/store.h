@@ -2,12 +2,14 @@
  * @file store.h
  * @brief The op lifecycle store: the only RocksDB user.
  *
- * Column families (DESIGN.md section 4): "ops" (op_id -> op record), "outbox"
- * (sequence -> pending event), "conflicts" (op_id + request_hash -> first report),
- * "seen" (generic put-if-absent keys, used by `dedupd tail`), "meta" (schema
- * version).  Later: attempts, validators, bodies, receipts.
+ * Column families (DESIGN.md section 4): "ops" (op_id -> op record), "attempts"
+ * (op_id + "\n" + attempt number -> attempt record), "outbox" (sequence ->
+ * pending event), "conflicts" (op_id + request_hash -> first report), "seen"
+ * (generic put-if-absent keys, used by `dedupd tail`), "meta" (schema version).
+ * Later: validators, bodies, receipts.
  *
- * Every expiring value (ops, conflicts, seen) starts with the same 16-byte header:
+ * Every expiring value (ops, attempts, conflicts, seen) starts with the same
+ * 16-byte header:
  *   byte 0      layout version (STORE_LAYOUT_V1)
  *   byte 1      record type
  *   bytes 2..7  reserved (0)
@@ -23,6 +25,18 @@
  * so two claims on one op_id never both win, from any number of threads of one
  * process (one RocksDB per instance, opened by one process).  Multi-record changes
  * (result + op state + outbox entry) are one WriteBatch.
+ *
+ * Hot index (DESIGN.md section 4): an exact in-memory table in front of the
+ * ops column family, keyed by a 128-bit keyed digest of op_id (SipHash-2-4-128,
+ * random key per open) and holding a 64-bit digest of request_hash, the state,
+ * the outbox state and expires_at: 32 bytes a slot, 40 to 60 bytes per op_id,
+ * bounded by store_conf.index_max_bytes.  store_open rebuilds it from the ops
+ * column family in a background thread.  While it is complete (rebuilt, never
+ * past its bound) a miss proves absence, so a NEW claim needs no read; a
+ * finished op with the same request_hash digest is a duplicate without a read
+ * (store_claim_batch, store_index_duplicate).  Otherwise RocksDB answers.
+ * Every op write updates it under the op's stripe; RocksDB stays the durable
+ * record.
  *
  * State machine (every transition conditional on state and generation):
  *   (absent) -claim-> running -complete-> complete | failed
@@ -60,8 +74,10 @@ struct store_conf {
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     bool sync;                 /**< fsync the WAL on every write batch */
-    size_t index_max_bytes;    /**< bound of the hot index; 0 = 64 MiB;
-                                    at most 64 bytes per indexed op_id */
+    size_t index_max_bytes;    /**< bound of the hot index; 0 = 64 MiB
+                                    (about 1.1M op_ids; an op_id costs 40
+                                    to 60 bytes); past it the index is a
+                                    cache only (not complete) until reopen */
 };
 
 enum store_op_state {
@@ -263,8 +279,11 @@ struct store_attempt {
 /**
  * @brief Record attempts of \p op_id in one WriteBatch (TTL of ops, from
  *        \p now_ms).  Written when the op finishes, just before store_complete;
- *        an existing record with the same number is overwritten.
- * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO.
+ *        an existing record with the same number is overwritten.  n == 0
+ *        writes nothing.
+ * @returns DD_OK; DD_ERR_INVAL (op_id not 1..STORE_KEY_MAX bytes, an attempt
+ *          number 0, a string not NUL-terminated within its array: nothing
+ *          written); DD_ERR_IO (retriable).
  */
 dd_err_t store_attempts_put(struct store *store, const char *op_id,
                             const struct store_attempt *attempts, size_t n,
@@ -273,8 +292,9 @@ dd_err_t store_attempts_put(struct store *store, const char *op_id,
 
 /**
  * @brief Read every unexpired attempt of \p op_id in number order.
- * @param out  Out: array to free() (NULL when *n == 0).
- * @returns DD_OK; DD_ERR_IO; DD_ERR_FATAL (unknown layout).
+ * @param out  Out: array to free() (NULL when *n == 0, and on failure).
+ * @returns DD_OK; DD_ERR_INVAL (op_id not 1..STORE_KEY_MAX bytes); DD_ERR_IO;
+ *          DD_ERR_NOMEM; DD_ERR_FATAL (unknown layout or corrupt record).
  */
 dd_err_t store_attempts_get(struct store *store, const char *op_id,
                             int64_t now_ms, struct store_attempt **out,
@@ -289,8 +309,16 @@ struct store_claim_req {
     const char *event_key;      /**< in */
     const char *source;         /**< in */
     enum store_claim_result result; /**< out */
-    struct store_op op;         /**< out: as store_claim */
-    dd_err_t err;               /**< out: per-request error (DD_OK) */
+    struct store_op op;         /**< out: as store_claim, except for a
+                                     DUPLICATE the hot index decided, marked
+                                     by op.generation == 0: then only state,
+                                     outbox_state, expires_at_ms and
+                                     request_hash are set, the rest is zero
+                                     (store_op_get reads the whole record) */
+    dd_err_t err;               /**< out: per-request error: DD_OK;
+                                     DD_ERR_INVAL (as store_claim);
+                                     DD_ERR_IO (retriable); DD_ERR_NOMEM;
+                                     DD_ERR_FATAL (unknown layout) */
 };
 
 /**
@@ -298,9 +326,15 @@ struct store_claim_req {
  *        on each in array order (a repeated op_id in the batch: the first wins,
  *        later ones see it running under this run's lease).  Keys the hot index
  *        cannot decide are read with one batched MultiGet (sorted); every new
- *        or reclaimed op is written in one WriteBatch (one WAL sync).
+ *        or reclaimed op is written in one WriteBatch (one WAL sync).  Holds
+ *        the stripes of all its op_ids for the call, so it is atomic against
+ *        store_claim and other batches from any thread.
+ * @param reqs    n requests; inputs borrowed for the call, outputs written.
+ * @param errstr  Optional: the first failure's text (a request's, or the
+ *                batch's), written even when DD_OK is returned.
  * @returns DD_OK (see each req->err); DD_ERR_IO when the batch write failed
- *          (then no claim of the batch took effect).
+ *          (then no claim of the batch took effect and every req->err is
+ *          DD_ERR_IO; retriable); DD_ERR_NOMEM; DD_ERR_INVAL (n > 2^30).
  */
 dd_err_t store_claim_batch(struct store *store, struct store_claim_req *reqs,
                            size_t n, int64_t now_ms, char *errstr,
@@ -309,9 +343,15 @@ dd_err_t store_claim_batch(struct store *store, struct store_claim_req *reqs,
 /**
  * @brief Fast path (DESIGN.md section 2): does the in-memory hot index prove
  *        that \p op_id is a finished (complete or failed), unexpired op whose
- *        request_hash is \p request_hash?  Never reads RocksDB.
+ *        request_hash is \p request_hash?  Never reads RocksDB, takes no
+ *        stripe (one index segment's read lock).
+ * @param op_id        Bytes, not NUL-terminated (e.g. a Kafka key).
+ * @param op_id_len    Its length; 0 or more than STORE_KEY_MAX: false.
+ * @param request_hash NUL-terminated (equality is of 64-bit digests).
  * @param state Out (may be NULL): the op's state when true.
- * @returns true only when proven; false means "take the full path".
+ * @returns true only when proven; false means "take the full path" (also
+ *          for a running, conflicting, expired, unknown or not yet indexed
+ *          op).
  * @locality any thread.
  */
 bool store_index_duplicate(struct store *store, const char *op_id,
@@ -320,15 +360,23 @@ bool store_index_duplicate(struct store *store, const char *op_id,
 
 /** Hot index counters. */
 struct store_index_stats {
-    uint64_t entries;        /**< op_ids indexed */
+    uint64_t entries;        /**< op_ids indexed (forgotten and expired ones
+                                  included until purged) */
     uint64_t capacity;       /**< slots */
     uint64_t bytes;          /**< memory of the index */
     bool complete;           /**< holds every live op_id (rebuild done, under
-                                  its bound): absence is proven */
-    uint64_t hits, misses;   /**< decisions made / left to RocksDB */
+                                  its bound): absence is proven.  Once the
+                                  bound was reached (or an ops write
+                                  failed) false until reopen */
+    uint64_t hits, misses;   /**< per op_id looked up by store_claim,
+                                  store_claim_batch (once per distinct
+                                  op_id) and store_index_duplicate:
+                                  decided by the index / left to RocksDB
+                                  (one read each for the claims, the full
+                                  path for the fast path) */
 };
 
-/** @brief Copy the hot index counters. */
+/** @brief Copy the hot index counters (any thread). */
 void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
 /**

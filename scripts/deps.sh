@@ -9,10 +9,11 @@ PKGS=(
   build-essential cmake pkg-config
   librdkafka-dev librocksdb-dev libcurl4-openssl-dev libssl-dev libjansson-dev
   check libsubunit-dev libmicrohttpd-dev
-  nginx-light tinyproxy dante-server squid apache2-utils
+  nginx-light tinyproxy dante-server squid apache2-utils openssl passwd
   postgresql-doc-15
   kcat jq curl procps iproute2 psmisc
   maven openjdk-17-jre-headless
+  prometheus
 )
 
 missing=()
@@ -27,6 +28,7 @@ done
 filtered=()
 for p in "${missing[@]}"; do
   case "$p" in
+    prometheus) command -v promtool >/dev/null 2>&1 && continue ;;
     maven) command -v mvn >/dev/null 2>&1 && continue ;;
     openjdk-17-jre-headless) command -v java >/dev/null 2>&1 && continue ;;
   esac
@@ -53,11 +55,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/dedupd-apt.log 2>&1 \
       || { tail -n 30 /tmp/dedupd-apt.log >&2; echo "deps: apt-get install failed" >&2; exit 1; }
   fi
-  [ "$created_policy" = 1 ] && $SUDO rm -f "$policy"
-  # Stop any system instance that slipped through, so loopback ports stay free.
-  for svc in nginx squid tinyproxy danted; do
-    pkill -x "$svc" 2>/dev/null || true
-  done
+  if [ "$created_policy" = 1 ]; then $SUDO rm -f "$policy"; fi
 fi
 
 if [ "${DEDUPD_SKIP_KAFKA_JARS:-0}" != 1 ]; then

@@ -11,7 +11,7 @@
 set -euo pipefail
 pages=$1
 want=${2:-1100}
-grep -E '\.html$' "$pages" | head -n "$want" | awk '
+awk -v n="$want" '/\.html$/ && k++ < n' "$pages" | awk '
 function job(u, i,   k) {
   if (i % 4 == 0)
     return sprintf("{\"url\":\"%s\",\"job_key\":\"page-%d\",\"scope\":\"demo\",\"meta\":{\"n\":%d}}", u, i, i)

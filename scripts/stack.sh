@@ -6,6 +6,19 @@
 #   - one tinyproxy per HTTP exit address (listens and binds outgoing
 #     connections on that address, so the origin log shows the exit)   $PROXY_EXIT_ADDRS:$PROXY_PORT
 #   - dante SOCKS5 exit (no auth)                                        $SOCKS_ADDR:$SOCKS_PORT
+#   - the same origin over TLS, self-signed certificate made once into the
+#     run dir (nginx/tls/origin.crt, CN and SAN 127.0.0.1 and localhost)   127.0.0.1:$ORIGIN_TLS_PORT
+#   - squid HTTP exit with basic auth (htpasswd, two users whose credentials
+#     hold hard bytes), outgoing address = listen address                  $SQUID_ADDR:$SQUID_PORT
+#   - dante SOCKS5 exit with username auth (RFC 1929) against a system
+#     user that `up` creates if missing (needs root)                       $SOCKS_AUTH_ADDR:$SOCKS_AUTH_PORT
+#   - the provider-API stand-in (tests/fixtures/provider_api.c, from the
+#     build tree; skipped with a message when not built): sessions s1..sN
+#     mapped to the tinyproxy exits, bearer key                            127.0.0.1:$PROVIDER_API_PORT
+#
+# Credentials never appear in `env` output or logs: `env` names files in
+# $STACK_DIR/secrets/ that hold the exact bytes (no trailing newline).
+# tests/fixtures/verify_stack.sh checks these parts on the wire.
 #
 # Usage: scripts/stack.sh up|down [--purge]|status|env|topics-reset
 #   up            start whatever is not running yet (idempotent), wait until every
@@ -27,6 +40,15 @@
 #   PROXY_PORT=18888 PROXY_EXIT_ADDRS="127.0.0.2 127.0.0.3"
 #   THROTTLED_EXIT=<first of PROXY_EXIT_ADDRS>   client address nginx rate-limits
 #   SOCKS_ADDR=127.0.0.4 SOCKS_PORT=11080 (SOCKS_ENABLE=0 leaves dante out)
+#   ORIGIN_TLS_PORT=18443
+#   SQUID_ADDR=127.0.0.5 SQUID_PORT=13128 (SQUID_ENABLE=0 leaves squid out)
+#   SQUID_USER=dd-user.1 SQUID_PASSWORD='p@ss:w%rd%41/ é'       (é is UTF-8 c3 a9)
+#   SQUID_USER2='acct%41x' SQUID_PASSWORD2='qwerty%4b!'          (case C-19 K2)
+#   SOCKS_AUTH_ADDR=127.0.0.6 SOCKS_AUTH_PORT=11081 (SOCKS_AUTH_ENABLE=0 leaves it out)
+#   SOCKS_AUTH_USER=dduser SOCKS_AUTH_PASSWORD='s0cks@:%41/ é'  (system users)
+#   SOCKS_AUTH_USER2='dd%41x' SOCKS_AUTH_PASSWORD2='qwerty%4b!'  (case C-19 K2)
+#   PROVIDER_API_PORT=18090 PROVIDER_API_KEY=dd-local-provider-key PROVIDER_API_SESSIONS=8
+#   PROVIDER_API_BIN=<repo>/build/tests/fixtures/provider_api
 #   STACK_WAIT=90                        seconds to wait for Kafka to answer
 set -euo pipefail
 
@@ -53,10 +75,36 @@ SOCKS_PORT=${SOCKS_PORT:-11080}
 SOCKS_ENABLE=${SOCKS_ENABLE:-1}
 STACK_WAIT=${STACK_WAIT:-90}
 DOCROOT=${ORIGIN_DOCROOT:-/usr/share/doc/postgresql-doc-15/html}
+ORIGIN_TLS_PORT=${ORIGIN_TLS_PORT:-18443}
+# Credentials with bytes that URL decoding, splitting at ':' or '@', or a
+# Latin-1/UTF-8 conversion would alter: '%41' and '%4b' decode to 'A' and 'K'
+# (libcurl before 8.8, curl issue 13265), '%rd' and '%/' are not escapes.
+SQUID_ADDR=${SQUID_ADDR:-127.0.0.5}
+SQUID_PORT=${SQUID_PORT:-13128}
+SQUID_ENABLE=${SQUID_ENABLE:-1}
+SQUID_USER=${SQUID_USER:-dd-user.1}
+SQUID_PASSWORD=${SQUID_PASSWORD:-$'p@ss:w%rd%41/ \xc3\xa9'}
+SQUID_USER2=${SQUID_USER2:-acct%41x}
+SQUID_PASSWORD2=${SQUID_PASSWORD2:-qwerty%4b!}
+SOCKS_AUTH_ADDR=${SOCKS_AUTH_ADDR:-127.0.0.6}
+SOCKS_AUTH_PORT=${SOCKS_AUTH_PORT:-11081}
+SOCKS_AUTH_ENABLE=${SOCKS_AUTH_ENABLE:-1}
+SOCKS_AUTH_USER=${SOCKS_AUTH_USER:-dduser}
+SOCKS_AUTH_PASSWORD=${SOCKS_AUTH_PASSWORD:-$'s0cks@:%41/ \xc3\xa9'}
+SOCKS_AUTH_USER2=${SOCKS_AUTH_USER2:-dd%41x}
+SOCKS_AUTH_PASSWORD2=${SOCKS_AUTH_PASSWORD2:-qwerty%4b!}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROVIDER_API_BIN=${PROVIDER_API_BIN:-$REPO/build/tests/fixtures/provider_api}
+PROVIDER_API_HOST=127.0.0.1
+PROVIDER_API_PORT=${PROVIDER_API_PORT:-18090}
+PROVIDER_API_KEY=${PROVIDER_API_KEY:-dd-local-provider-key}
+PROVIDER_API_SESSIONS=${PROVIDER_API_SESSIONS:-8}
 
 NGINX_BIN=${NGINX_BIN:-/usr/sbin/nginx}
 TINYPROXY_BIN=${TINYPROXY_BIN:-/usr/bin/tinyproxy}
 DANTED_BIN=${DANTED_BIN:-/usr/sbin/danted}
+SQUID_BIN=${SQUID_BIN:-/usr/sbin/squid}
+SQUID_NCSA=${SQUID_NCSA:-/usr/lib/squid/basic_ncsa_auth}
 
 # Topics created by `up` (TOPIC_PARTITIONS partitions each, replication factor 1);
 # topic_config gives the extra --config of a topic.
@@ -138,6 +186,9 @@ kafka_answers() {
 origin_answers() { curl -fsS -o /dev/null --max-time 3 "$HEALTH_URL" 2>/dev/null; }
 proxy_answers() { curl -fsS -o /dev/null --max-time 3 -x "http://$1:$PROXY_PORT" "$HEALTH_URL" 2>/dev/null; }
 socks_answers() { curl -fsS -o /dev/null --max-time 3 --socks5-hostname "$SOCKS_ADDR:$SOCKS_PORT" "$HEALTH_URL" 2>/dev/null; }
+origin_tls_answers() {
+  curl -fsS -o /dev/null --max-time 3 --cacert "$TLS_CRT" "https://$ORIGIN_HOST:$ORIGIN_TLS_PORT/__health" 2>/dev/null
+}
 # wait_for seconds pidfile pattern probe args...
 wait_for() {
   local secs=$1 pf=$2 pat=$3; shift 3
@@ -301,6 +352,23 @@ topics_reset() {
 NDIR=$STACK_DIR/nginx
 NPID=$NDIR/nginx.pid
 NPAT=nginx
+TLS_CRT=$NDIR/tls/origin.crt
+TLS_KEY=$NDIR/tls/origin.key
+# The TLS origin's self-signed certificate, made once (kept while both files
+# exist); returns 0 if it made one (a running nginx must then reload).
+tls_cert() {
+  [ -s "$TLS_CRT" ] && [ -s "$TLS_KEY" ] && return 1
+  mkdir -p "$NDIR/tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+    -subj "/CN=$ORIGIN_HOST" -addext "subjectAltName=IP:$ORIGIN_HOST,DNS:localhost" \
+    -keyout "$TLS_KEY.tmp" -out "$TLS_CRT.tmp" >"$NDIR/tls/openssl.log" 2>&1 ||
+    die_log "openssl could not make the origin's certificate" "$NDIR/tls/openssl.log"
+  chmod 600 "$TLS_KEY.tmp"
+  mv -f "$TLS_KEY.tmp" "$TLS_KEY"
+  mv -f "$TLS_CRT.tmp" "$TLS_CRT"
+  log "made a self-signed certificate for the TLS origin: $TLS_CRT"
+  return 0
+}
 nginx_config() {
   mkdir -p "$NDIR/tmp" "$NDIR/html"
   printf 'ok\n' >"$NDIR/html/__health"
@@ -351,6 +419,12 @@ http {
 
   server {
     listen $ORIGIN_HOST:$ORIGIN_PORT reuseport backlog=4096;
+    # the same locations over TLS (self-signed: clients must trust the cert)
+    listen $ORIGIN_HOST:$ORIGIN_TLS_PORT ssl backlog=4096;
+    ssl_certificate $TLS_CRT;
+    ssl_certificate_key $TLS_KEY;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:dd_tls:1m;
     server_name _;
     root $NDIR/html;
 
@@ -389,6 +463,7 @@ nginx_up() {
   [ -x "$NGINX_BIN" ] || die "nginx not found at $NGINX_BIN (run scripts/deps.sh)"
   [ -f "$DOCROOT/index.html" ] || die "origin pages not found in $DOCROOT (postgresql-doc-15)"
   local changed=0
+  tls_cert && changed=1 || true
   nginx_config && changed=1 || true
   pages_list
   "$NGINX_BIN" -t -q -c "$NDIR/nginx.conf" -p "$NDIR" -e "$NDIR/error.log" 2>"$NDIR/configtest.log" ||
@@ -402,11 +477,15 @@ nginx_up() {
   else
     port_busy "$ORIGIN_HOST" "$ORIGIN_PORT" &&
       die "port $ORIGIN_HOST:$ORIGIN_PORT is in use by another process (set ORIGIN_PORT)"
+    port_busy "$ORIGIN_HOST" "$ORIGIN_TLS_PORT" &&
+      die "port $ORIGIN_HOST:$ORIGIN_TLS_PORT is in use by another process (set ORIGIN_TLS_PORT)"
     "$NGINX_BIN" -c "$NDIR/nginx.conf" -p "$NDIR" -e "$NDIR/error.log" 2>>"$NDIR/error.log" 9>&- ||
       die_log "nginx failed to start" "$NDIR/error.log"
   fi
   wait_for 10 "$NPID" "$NPAT" origin_answers ||
     die_log "origin (nginx) does not answer on $ORIGIN_HOST:$ORIGIN_PORT" "$NDIR/error.log"
+  wait_for 10 "$NPID" "$NPAT" origin_tls_answers ||
+    die_log "TLS origin (nginx) does not answer on $ORIGIN_HOST:$ORIGIN_TLS_PORT" "$NDIR/error.log"
 }
 
 # ---------------------------------------------------------------- tinyproxy
@@ -425,6 +504,7 @@ Timeout 120
 MaxClients 200
 Allow 127.0.0.0/8
 ConnectPort $ORIGIN_PORT
+ConnectPort $ORIGIN_TLS_PORT
 ConnectPort 443
 DisableViaHeader Yes
 LogFile "$TDIR/$a.log"
@@ -513,6 +593,315 @@ dante_up() {
     "$DDIR/danted.stdout.log" "$DDIR/danted.log"
 }
 
+# ---------------------------------------------------------------- secrets
+# Credential files for tests: exact bytes, no trailing newline, mode 0600.
+SECRETS=$STACK_DIR/secrets
+secret_file() { # name value; returns 0 if the file changed
+  mkdir -p "$SECRETS"
+  chmod 700 "$SECRETS"
+  printf '%s' "$2" | write_if_changed "$SECRETS/$1" # (mktemp makes it 0600)
+}
+check_cred() { # what value: 1..255 bytes, no NUL (bash cannot hold one), no newline
+  local n
+  n=$(printf '%s' "$2" | LC_ALL=C wc -c)
+  [ "$n" -ge 1 ] && [ "$n" -le 255 ] || die "$1 must be 1..255 bytes (RFC 1929 limit), has $n"
+  case $2 in *$'\n'* | *$'\r'*) die "$1 must not contain CR or LF" ;; esac
+}
+
+# ---------------------------------------------------------------- squid
+SQDIR=$STACK_DIR/squid
+SQPID=$SQDIR/squid.pid
+SQPAT=squid
+SQUID_PROBE=$SECRETS/squid-probe.header
+squid_answers() {
+  curl -fsS -o /dev/null --max-time 3 -x "http://$SQUID_ADDR:$SQUID_PORT" -H "@$SQUID_PROBE" \
+    "$HEALTH_URL" 2>/dev/null
+}
+# The htpasswd file, apr1-MD5 (bcrypt would check only the first 72 bytes);
+# rewritten only when a user or password changed, so that a running
+# basic_ncsa_auth (which reloads the file on change) keeps it.
+squid_htpasswd() { # returns 0 if it changed
+  local f=$SQDIR/htpasswd
+  if [ -f "$f" ] && [ "$(wc -l <"$f")" = 2 ] &&
+    htpasswd -v -i "$f" "$SQUID_USER" <"$SECRETS/squid-password" >/dev/null 2>&1 &&
+    htpasswd -v -i "$f" "$SQUID_USER2" <"$SECRETS/squid-password2" >/dev/null 2>&1; then
+    return 1
+  fi
+  rm -f "$f.new"
+  htpasswd -c -i -m "$f.new" "$SQUID_USER" <"$SECRETS/squid-password" >"$SQDIR/htpasswd.log" 2>&1 &&
+    htpasswd -i -m "$f.new" "$SQUID_USER2" <"$SECRETS/squid-password2" >>"$SQDIR/htpasswd.log" 2>&1 ||
+    die_log "htpasswd failed" "$SQDIR/htpasswd.log"
+  chmod 640 "$f.new"
+  [ "$(id -u)" = 0 ] && chgrp proxy "$f.new"
+  mv -f "$f.new" "$f"
+  return 0
+}
+squid_config() {
+  local user_lines=""
+  [ "$(id -u)" = 0 ] && user_lines=$'cache_effective_user proxy\ncache_effective_group proxy'
+  write_if_changed "$SQDIR/squid.conf" <<EOF
+# dedupd test HTTP exit with basic auth (generated by scripts/stack.sh)
+$user_lines
+http_port $SQUID_ADDR:$SQUID_PORT
+icp_port 0
+htcp_port 0
+snmp_port 0
+pinger_enable off
+tcp_outgoing_address $SQUID_ADDR
+visible_hostname dedupd-squid
+httpd_suppress_version_string on
+via off
+forwarded_for delete
+shutdown_lifetime 0 seconds
+pid_filename $SQDIR/squid.pid.self
+coredump_dir $SQDIR
+netdb_filename none
+cache_log $SQDIR/cache.log
+logfile_rotate 0
+# time, client, authenticated user, status, squid result, method, URL, server
+logformat dd %ts.%03tu %>a %un %>Hs %Ss %rm %ru %<a
+access_log stdio:$SQDIR/access.log logformat=dd
+strip_query_terms off
+cache deny all
+cache_mem 8 MB
+
+# Credentials go to the helper as they arrived: no lower-casing of the user
+# name, no Latin-1 to UTF-8 conversion.
+auth_param basic program $SQUID_NCSA $SQDIR/htpasswd
+auth_param basic children 4 startup=1 idle=1
+auth_param basic realm dedupd-test-exit
+auth_param basic credentialsttl 30 seconds
+auth_param basic casesensitive on
+auth_param basic utf8 off
+
+acl localsrc src 127.0.0.0/8
+acl localdst dst 127.0.0.0/8
+acl origin_ports port $ORIGIN_PORT $ORIGIN_TLS_PORT
+acl CONNECT method CONNECT
+acl authed proxy_auth REQUIRED
+http_access deny !localsrc
+http_access deny !authed
+http_access deny !localdst
+http_access deny CONNECT !origin_ports
+http_access allow authed
+http_access deny all
+EOF
+}
+squid_up() {
+  [ "$SQUID_ENABLE" = 1 ] || return 0
+  [ -x "$SQUID_BIN" ] || die "squid not found at $SQUID_BIN (run scripts/deps.sh)"
+  [ -x "$SQUID_NCSA" ] || die "basic_ncsa_auth not found at $SQUID_NCSA (run scripts/deps.sh)"
+  command -v htpasswd >/dev/null || die "htpasswd not found (apache2-utils; run scripts/deps.sh)"
+  check_cred SQUID_USER "$SQUID_USER"
+  check_cred SQUID_PASSWORD "$SQUID_PASSWORD"
+  check_cred SQUID_USER2 "$SQUID_USER2"
+  check_cred SQUID_PASSWORD2 "$SQUID_PASSWORD2"
+  case $SQUID_USER$SQUID_USER2 in *:*) die "squid user names cannot contain ':'" ;; esac
+  local changed=0 rc=0 f
+  mkdir -p "$SQDIR"
+  secret_file squid-password "$SQUID_PASSWORD" || true
+  secret_file squid-password2 "$SQUID_PASSWORD2" || true
+  secret_file squid-probe.header \
+    "Proxy-Authorization: Basic $(printf '%s:%s' "$SQUID_USER" "$SQUID_PASSWORD" | base64 -w0)" || true
+  squid_htpasswd || true
+  squid_config && changed=1 || true
+  chmod 644 "$SQDIR/squid.conf" # (no secrets in it; squid re-reads it as its own user)
+  # squid writes its pid file and logs as the effective user
+  for f in access.log cache.log; do touch "$SQDIR/$f"; done
+  [ "$(id -u)" = 0 ] && chown proxy:proxy "$SQDIR" "$SQDIR/access.log" "$SQDIR/cache.log"
+  "$SQUID_BIN" -k parse -f "$SQDIR/squid.conf" >"$SQDIR/parse.log" 2>&1 ||
+    die_log "squid configuration test failed" "$SQDIR/parse.log"
+  if pid_alive "$SQPID" "$SQPAT"; then
+    if [ "$changed" = 1 ]; then
+      log "squid configuration changed, restarting"
+      stop_pid "$SQPID" "$SQPAT" squid 10
+    elif squid_answers; then
+      return 0
+    fi
+  fi
+  if ! pid_alive "$SQPID" "$SQPAT"; then
+    port_busy "$SQUID_ADDR" "$SQUID_PORT" &&
+      die "port $SQUID_ADDR:$SQUID_PORT is in use by another process (set SQUID_PORT)"
+    # -N: foreground, one process (no kids), so the pid we record is squid's
+    spawn "$SQPID" "$SQDIR/squid.stdout.log" "$SQUID_BIN" -N -f "$SQDIR/squid.conf"
+  fi
+  wait_for 15 "$SQPID" "$SQPAT" squid_answers || rc=$?
+  [ "$rc" = 0 ] || die_log "squid exit $SQUID_ADDR:$SQUID_PORT does not answer (with $SQUID_USER's credentials)" \
+    "$SQDIR/squid.stdout.log" "$SQDIR/cache.log"
+}
+
+# ---------------------------------------------------------------- dante with username auth
+DADIR=$STACK_DIR/dante-auth
+DAPID=$DADIR/danted.pid
+# socks5_probe addr port user passfile: RFC 1929 sub-negotiation with the exact
+# bytes of the password file, then a CONNECT to the origin; 0 if both succeed.
+# (curl's own --proxy-user would URL-decode '%41' on libcurl before 8.8.)
+socks5_probe() {
+  timeout 5 bash -c '
+    set -e
+    exec 3<>"/dev/tcp/$1/$2"
+    hex() { head -c "$1" <&3 | od -An -tx1 | tr -d " \n"; }
+    oct() { printf "\\$(printf %03o "$1")"; }
+    printf "\005\001\002" >&3
+    [ "$(hex 2)" = 0502 ]
+    { printf "\001"; oct "$(printf %s "$3" | LC_ALL=C wc -c)"; printf %s "$3"
+      oct "$(LC_ALL=C wc -c <"$4")"; cat "$4"; } >&3
+    [ "$(hex 2)" = 0100 ]
+    { printf "\005\001\000\001\177\000\000\001"; oct $(($5 >> 8)); oct $(($5 & 255)); } >&3
+    r=$(hex 10)
+    [ "${r:0:4}" = 0500 ]
+  ' socks5_probe "$1" "$2" "$3" "$4" "$ORIGIN_PORT" 2>/dev/null
+}
+socks_auth_answers() {
+  socks5_probe "$SOCKS_AUTH_ADDR" "$SOCKS_AUTH_PORT" "$SOCKS_AUTH_USER" "$SECRETS/socks-auth-password"
+}
+socks_auth_skip() { # why it cannot run here, or nothing
+  [ "$SOCKS_AUTH_ENABLE" = 1 ] || { echo "disabled (SOCKS_AUTH_ENABLE=0)"; return 0; }
+  [ "$(id -u)" = 0 ] || echo "skipped: needs root (a system user, the shadow file)"
+}
+socks_auth_password_ok() { # user passfile: the user's password hash matches the file's bytes
+  perl -e 'my $h = (getpwnam($ARGV[0]))[1]; local $/; my $p = <STDIN>;
+    exit(defined $h && length($h) > 2 && crypt($p, $h) eq $h ? 0 : 1)' "$1" <"$2"
+}
+# socks_auth_user user passfile: a system user dante checks passwords against,
+# created if missing, its password set (chpasswd) only when it does not match.
+# chpasswd takes any bytes but NUL and LF in a password.
+socks_auth_user() {
+  local u=$1 pf=$2
+  case $u in -* | *[:,/\ $'\t\n\r']*) die "SOCKS auth user name '$u': no ':', ',', '/', blanks or leading '-'" ;; esac
+  if ! getent passwd "$u" >/dev/null; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$u" \
+      >"$DADIR/useradd.log" 2>&1 || die_log "useradd $u failed" "$DADIR/useradd.log"
+    log "created system user $u (SOCKS5 username auth exit)"
+  fi
+  socks_auth_password_ok "$u" "$pf" && return 0
+  { printf '%s:' "$u"; cat "$pf"; printf '\n'; } |
+    chpasswd >"$DADIR/chpasswd.log" 2>&1 || die_log "chpasswd failed" "$DADIR/chpasswd.log"
+  socks_auth_password_ok "$u" "$pf" || die "chpasswd did not store the password of $u byte for byte"
+  log "set the password of system user $u"
+}
+dante_auth_config() {
+  write_if_changed "$DADIR/danted.conf" <<EOF
+# dedupd test SOCKS5 exit with username auth (generated by scripts/stack.sh)
+logoutput: $DADIR/danted.log
+errorlog: $DADIR/danted.log
+internal: $SOCKS_AUTH_ADDR port = $SOCKS_AUTH_PORT
+external: $SOCKS_AUTH_ADDR
+clientmethod: none
+# RFC 1929, checked against the system password database
+socksmethod: username
+user.privileged: root
+user.unprivileged: nobody
+timeout.negotiate: 30
+timeout.io: 300
+client pass {
+  from: 127.0.0.0/8 to: 127.0.0.0/8
+  log: error
+}
+# connect/disconnect lines name the authenticated user (username%USER@client)
+socks pass {
+  from: 127.0.0.0/8 to: 127.0.0.0/8
+  command: connect
+  socksmethod: username
+  log: connect disconnect error
+}
+socks block {
+  from: 0.0.0.0/0 to: 0.0.0.0/0
+  log: connect error
+}
+EOF
+}
+dante_auth_up() {
+  local why changed=0 rc=0
+  why=$(socks_auth_skip)
+  if [ -n "$why" ]; then
+    [ "$SOCKS_AUTH_ENABLE" = 1 ] && log "SOCKS5 auth exit $why"
+    return 0
+  fi
+  [ -x "$DANTED_BIN" ] || die "danted not found at $DANTED_BIN (run scripts/deps.sh)"
+  check_cred SOCKS_AUTH_USER "$SOCKS_AUTH_USER"
+  check_cred SOCKS_AUTH_PASSWORD "$SOCKS_AUTH_PASSWORD"
+  check_cred SOCKS_AUTH_USER2 "$SOCKS_AUTH_USER2"
+  check_cred SOCKS_AUTH_PASSWORD2 "$SOCKS_AUTH_PASSWORD2"
+  mkdir -p "$DADIR"
+  secret_file socks-auth-password "$SOCKS_AUTH_PASSWORD" || true
+  secret_file socks-auth-password2 "$SOCKS_AUTH_PASSWORD2" || true
+  socks_auth_user "$SOCKS_AUTH_USER" "$SECRETS/socks-auth-password"
+  socks_auth_user "$SOCKS_AUTH_USER2" "$SECRETS/socks-auth-password2"
+  dante_auth_config && changed=1 || true
+  if pid_alive "$DAPID" "$DPAT"; then
+    if [ "$changed" = 1 ]; then
+      log "dante (auth) configuration changed, restarting"
+      stop_pid "$DAPID" "$DPAT" "dante (auth)" 10
+    elif socks_auth_answers; then
+      return 0
+    fi
+  fi
+  if ! pid_alive "$DAPID" "$DPAT"; then
+    port_busy "$SOCKS_AUTH_ADDR" "$SOCKS_AUTH_PORT" &&
+      die "port $SOCKS_AUTH_ADDR:$SOCKS_AUTH_PORT is in use by another process (set SOCKS_AUTH_PORT)"
+    spawn "$DAPID" "$DADIR/danted.stdout.log" "$DANTED_BIN" -f "$DADIR/danted.conf" -p "$DADIR/danted.pid.self"
+  fi
+  wait_for 10 "$DAPID" "$DPAT" socks_auth_answers || rc=$?
+  [ "$rc" = 0 ] || die_log "dante SOCKS5 auth exit $SOCKS_AUTH_ADDR:$SOCKS_AUTH_PORT does not accept $SOCKS_AUTH_USER" \
+    "$DADIR/danted.stdout.log" "$DADIR/danted.log"
+}
+
+# ---------------------------------------------------------------- provider API
+# Runs a copy of the built binary kept in the run dir: a rebuild (different
+# bytes) restarts it, and the build tree can be cleaned while it runs.
+PADIR=$STACK_DIR/provider-api
+PAPID=$PADIR/provider_api.pid
+PAPAT=provider_api
+PA_URL="http://$PROVIDER_API_HOST:$PROVIDER_API_PORT"
+provider_exits() {
+  local a out=""
+  for a in "${EXITS[@]}"; do out="$out${out:+,}$a:$PROXY_PORT"; done
+  printf '%s' "$out"
+}
+provider_answers() {
+  curl -fsS -o /dev/null --max-time 3 -H "@$SECRETS/provider-api.header" "$PA_URL/sessions" 2>/dev/null
+}
+provider_skip() { # why it is not started, or nothing
+  [ -x "$PROVIDER_API_BIN" ] && return 0
+  pid_alive "$PAPID" "$PAPAT" && return 0 # an earlier build's copy runs: keep it
+  echo "not built: $PROVIDER_API_BIN is missing; build the project first (cmake --build build), then run up again"
+}
+provider_up() {
+  local why changed=0 rc=0 bin=$PADIR/provider_api
+  mkdir -p "$PADIR"
+  why=$(provider_skip)
+  if [ -n "$why" ]; then log "provider API $why"; return 0; fi
+  [ -x "$PROVIDER_API_BIN" ] || return 0 # a copy from an earlier build runs
+  check_cred PROVIDER_API_KEY "$PROVIDER_API_KEY"
+  secret_file provider-api.key "$PROVIDER_API_KEY" && changed=1 || true
+  secret_file provider-api.header "Authorization: Bearer $PROVIDER_API_KEY" || true
+  printf '%s\n' "--listen $PROVIDER_API_HOST:$PROVIDER_API_PORT" "--exits $(provider_exits)" \
+    "--sessions $PROVIDER_API_SESSIONS" | write_if_changed "$PADIR/args" && changed=1 || true
+  if ! cmp -s "$PROVIDER_API_BIN" "$bin"; then
+    cp -f "$PROVIDER_API_BIN" "$bin.new"
+    mv -f "$bin.new" "$bin"
+    changed=1
+  fi
+  if pid_alive "$PAPID" "$PAPAT"; then
+    if [ "$changed" = 1 ]; then
+      log "provider API binary or settings changed, restarting"
+      stop_pid "$PAPID" "$PAPAT" "provider API" 10
+    elif provider_answers; then
+      return 0
+    fi
+  fi
+  if ! pid_alive "$PAPID" "$PAPAT"; then
+    port_busy "$PROVIDER_API_HOST" "$PROVIDER_API_PORT" &&
+      die "port $PROVIDER_API_HOST:$PROVIDER_API_PORT is in use by another process (set PROVIDER_API_PORT)"
+    spawn "$PAPID" "$PADIR/stdout.log" "$bin" --listen "$PROVIDER_API_HOST:$PROVIDER_API_PORT" \
+      --key-file "$SECRETS/provider-api.key" --exits "$(provider_exits)" \
+      --sessions "$PROVIDER_API_SESSIONS" --log "$PADIR/requests.log"
+  fi
+  wait_for 10 "$PAPID" "$PAPAT" provider_answers || rc=$?
+  [ "$rc" = 0 ] || die_log "provider API $PA_URL does not answer" "$PADIR/stdout.log"
+}
+
 # ---------------------------------------------------------------- commands
 with_lock() {
   mkdir -p "$STACK_DIR"
@@ -531,6 +920,9 @@ cmd_up() {
   nginx_up
   for a in "${EXITS[@]}"; do tinyproxy_up "$a"; done
   dante_up
+  dante_auth_up
+  squid_up
+  provider_up
   kafka_wait
   create_topics
   cmd_status
@@ -541,6 +933,9 @@ cmd_down() {
   [ "${1:-}" = --purge ] && purge=1
   [ -d "$STACK_DIR" ] || { log "nothing to stop ($STACK_DIR does not exist)"; return 0; }
   with_lock
+  stop_pid "$PAPID" "$PAPAT" "provider API" 10
+  stop_pid "$SQPID" "$SQPAT" squid 15
+  stop_pid "$DAPID" "$DPAT" "dante (auth)" 10
   if [ "$SOCKS_ENABLE" = 1 ] || [ -f "$DPID" ]; then stop_pid "$DPID" "$DPAT" dante 10; fi
   for f in "$TDIR"/*.pid; do
     [ -e "$f" ] || continue
@@ -557,11 +952,13 @@ cmd_down() {
 }
 cmd_status() {
   local bad=0 a state
-  show() { printf '%-28s %s\n' "$1" "$2"; }
+  show() { printf '%-34s %s\n' "$1" "$2"; }
   if pid_alive "$KPID" "$KPAT" && kafka_answers; then state="up (pid $(pid_of "$KPID"))"; else state=down; bad=1; fi
   show "kafka $KAFKA_HOST:$KAFKA_PORT" "$state"
   if pid_alive "$NPID" "$NPAT" && origin_answers; then state="up (pid $(pid_of "$NPID"))"; else state=down; bad=1; fi
   show "origin $ORIGIN_HOST:$ORIGIN_PORT" "$state"
+  if pid_alive "$NPID" "$NPAT" && origin_tls_answers; then state="up (pid $(pid_of "$NPID"))"; else state=down; bad=1; fi
+  show "origin tls $ORIGIN_HOST:$ORIGIN_TLS_PORT" "$state"
   for a in "${EXITS[@]}"; do
     if pid_alive "$TDIR/$a.pid" "$TPAT" && proxy_answers "$a"; then
       state="up (pid $(pid_of "$TDIR/$a.pid"))"
@@ -573,6 +970,24 @@ cmd_status() {
     if pid_alive "$DPID" "$DPAT" && socks_answers; then state="up (pid $(pid_of "$DPID"))"; else state=down; bad=1; fi
     show "socks5 exit $SOCKS_ADDR:$SOCKS_PORT" "$state"
   fi
+  state=$(socks_auth_skip)
+  if [ -z "$state" ]; then
+    if pid_alive "$DAPID" "$DPAT" && socks_auth_answers; then
+      state="up (pid $(pid_of "$DAPID")), user $SOCKS_AUTH_USER"
+    else state=down; bad=1; fi
+  fi
+  [ "$SOCKS_AUTH_ENABLE" = 1 ] && show "socks5 auth exit $SOCKS_AUTH_ADDR:$SOCKS_AUTH_PORT" "$state"
+  if [ "$SQUID_ENABLE" = 1 ]; then
+    if pid_alive "$SQPID" "$SQPAT" && squid_answers; then
+      state="up (pid $(pid_of "$SQPID")), basic auth"
+    else state=down; bad=1; fi
+    show "squid exit $SQUID_ADDR:$SQUID_PORT" "$state"
+  fi
+  state=$(provider_skip)
+  if [ -z "$state" ]; then
+    if pid_alive "$PAPID" "$PAPAT" && provider_answers; then state="up (pid $(pid_of "$PAPID"))"; else state=down; bad=1; fi
+  fi
+  show "provider api $PROVIDER_API_HOST:$PROVIDER_API_PORT" "$state"
   return $bad
 }
 cmd_env() {
@@ -594,6 +1009,27 @@ cmd_env() {
   q THROTTLED_EXIT "$THROTTLED_EXIT"
   q THROTTLE_RATE "$THROTTLE_RATE"
   q THROTTLE_BURST "$THROTTLE_BURST"
+  q ORIGIN_TLS_URL "https://$ORIGIN_HOST:$ORIGIN_TLS_PORT"
+  q ORIGIN_TLS_CA "$TLS_CRT"
+  # credentials: user names and files with the exact password bytes, never the passwords
+  if [ "$SQUID_ENABLE" = 1 ]; then q SQUID_EXIT "http://$SQUID_ADDR:$SQUID_PORT"; else q SQUID_EXIT ""; fi
+  q SQUID_USER "$SQUID_USER"
+  q SQUID_PASSWORD_FILE "$SECRETS/squid-password"
+  q SQUID_USER2 "$SQUID_USER2"
+  q SQUID_PASSWORD2_FILE "$SECRETS/squid-password2"
+  q SQUID_ACCESS_LOG "$SQDIR/access.log"
+  if [ -z "$(socks_auth_skip)" ]; then
+    q SOCKS_AUTH_EXIT "socks5h://$SOCKS_AUTH_ADDR:$SOCKS_AUTH_PORT"
+  else q SOCKS_AUTH_EXIT ""; fi
+  q SOCKS_AUTH_USER "$SOCKS_AUTH_USER"
+  q SOCKS_AUTH_PASSWORD_FILE "$SECRETS/socks-auth-password"
+  q SOCKS_AUTH_USER2 "$SOCKS_AUTH_USER2"
+  q SOCKS_AUTH_PASSWORD2_FILE "$SECRETS/socks-auth-password2"
+  q SOCKS_AUTH_LOG "$DADIR/danted.log"
+  q PROVIDER_API_URL "$PA_URL"
+  q PROVIDER_API_KEY_FILE "$SECRETS/provider-api.key"
+  q PROVIDER_API_LOG "$PADIR/requests.log"
+  q PROVIDER_API_SESSIONS "$PROVIDER_API_SESSIONS"
 }
 
 case "${1:-}" in

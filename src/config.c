@@ -2,6 +2,7 @@
 #include "config.h"
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -107,11 +108,30 @@ static const struct cfg_option cfg_options[] = {
      CFG_OFF(identity_credential_headers), 0, 0, "", "", 0,
      "Credential headers beyond authorization, cookie, proxy-authorization and "
      "x-api-key (identity keeps their SHA-256 only)."},
+    {"identity.trust_headers", CFG_BOOL, CFG_OFF(identity_trust_headers), 0, 0,
+     "true", "", 0,
+     "Decide duplicates from the Kafka key and the dedupd-op-id / "
+     "dedupd-request-hash headers when the hot index proves them (fast path)."},
+    {"store.index_max_bytes", CFG_INT, CFG_OFF(store_index_max_bytes), 0,
+     INT64_C(68719476736), "67108864", "bytes", 0,
+     "Bound of the in-memory hot index (at most 64 bytes per op_id); past it "
+     "the index is only a cache."},
     {"limits.max_job_bytes", CFG_INT, CFG_OFF(limits_max_job_bytes), 256,
      INT64_C(104857600), "1048576", "bytes", 0, "Largest accepted job."},
     {"limits.max_result_bytes", CFG_INT, CFG_OFF(limits_max_result_bytes), 1024,
      INT64_C(104857600), "921600", "bytes", 0,
      "Largest result event; above it the result is failed/too_large."},
+    {"admin.listen", CFG_STR, CFG_OFF(admin_listen), 0, 0, "0.0.0.0:9464", "",
+     0, "Probes and metrics listener (/healthz, /readyz, /metrics), ADDR:PORT; "
+        "read-only; port 0 picks a free port (logged)."},
+    {"api.listen", CFG_STR, CFG_OFF(api_listen), 0, 0, "127.0.0.1:9465", "", 0,
+     "Job API listener (POST /v1/jobs, GET /v1/ops/{op_id}), ADDR:PORT; "
+     "empty = off."},
+    {"api.token", CFG_STR, CFG_OFF(api_token), 0, 0, "", "", CFG_F_SECRET,
+     "Bearer token the job API requires; empty = none."},
+    {"api.max_body_bytes", CFG_INT, CFG_OFF(api_max_body_bytes), 256,
+     INT64_C(104857600), "1048576", "bytes", 0,
+     "Largest request body the job API reads (413 beyond)."},
     {"log.level", CFG_STR, CFG_OFF(log_level), 0, 0, "info", "", 0,
      "error, warning, notice, info or debug."},
     {"log.debug", CFG_STR, CFG_OFF(log_debug), 0, 0, "", "", 0,
@@ -217,6 +237,29 @@ static dd_err_t set_text(struct cfg *cfg, const struct cfg_option *o,
     }
     }
     return DD_ERR_INVAL;
+}
+
+/* "ADDR" or "ADDR/BITS" with ADDR an IPv4 or IPv6 literal. */
+static bool cidr_valid(const char *text)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", text);
+    char *slash = strchr(buf, '/');
+    long bits = -1;
+    if (slash) {
+        *slash = '\0';
+        char *end;
+        errno = 0;
+        bits = strtol(slash + 1, &end, 10);
+        if (errno || end == slash + 1 || *end || bits < 0)
+            return false;
+    }
+    unsigned char a[16];
+    if (inet_pton(AF_INET, buf, a) == 1)
+        return bits <= 32;
+    if (inet_pton(AF_INET6, buf, a) == 1)
+        return bits <= 128;
+    return false;
 }
 
 static const struct cfg_option *find_option(const char *name)
@@ -367,8 +410,11 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         json_error_t jerr;
         json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
         if (!root) {
-            dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %s", path, jerr.line,
-                          jerr.column, jerr.text);
+            if (jerr.line < 0)
+                dd_errstr_set(errstr, errstr_size, "%s: %s", path, jerr.text);
+            else
+                dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %s", path,
+                              jerr.line, jerr.column, jerr.text);
             err = jerr.line <= 0 && jerr.position == 0 ? DD_ERR_IO : DD_ERR_INVAL;
             goto out;
         }
@@ -420,18 +466,19 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         if (err)
             goto out;
     }
-    /* Cross-field rules. */
+    /* Cross-field rules; errors name the file (or "config" without one). */
+    const char *src = path ? path : "config";
     if (log_level_parse(cfg->log_level) < 0) {
         dd_errstr_set(errstr, errstr_size,
-                      "config: log.level: '%s' is not one of error, warning, "
-                      "notice, info, debug", cfg->log_level);
+                      "%s: log.level: '%s' is not one of error, warning, "
+                      "notice, info, debug", src, cfg->log_level);
         err = DD_ERR_INVAL;
         goto out;
     }
     if (cfg->fetch_backoff_max_ms < cfg->fetch_backoff_base_ms) {
         dd_errstr_set(errstr, errstr_size,
-                      "config: fetch.backoff_max_ms: must be at least "
-                      "fetch.backoff_base_ms");
+                      "%s: fetch.backoff_max_ms: must be at least "
+                      "fetch.backoff_base_ms", src);
         err = DD_ERR_INVAL;
         goto out;
     }
@@ -440,8 +487,8 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         long s = strtol(cfg->fetch_blocked_statuses.v[i], &end, 10);
         if (*end || s < 400 || s > 599) {
             dd_errstr_set(errstr, errstr_size,
-                          "config: fetch.blocked_statuses: '%s' is not an HTTP "
-                          "status 400..599", cfg->fetch_blocked_statuses.v[i]);
+                          "%s: fetch.blocked_statuses: '%s' is not an HTTP "
+                          "status 400..599", src, cfg->fetch_blocked_statuses.v[i]);
             err = DD_ERR_INVAL;
             goto out;
         }
@@ -451,15 +498,25 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         if (strncmp(e, "http://", 7) && strncmp(e, "socks5h://", 10) &&
             strncmp(e, "socks5://", 9)) {
             dd_errstr_set(errstr, errstr_size,
-                          "config: proxy.exits: '%s' must start with http://, "
-                          "socks5:// or socks5h://", e);
+                          "%s: proxy.exits: '%s' must start with http://, "
+                          "socks5:// or socks5h://", src, e);
             err = DD_ERR_INVAL;
             goto out;
         }
         if (strchr(e, '@')) {
             dd_errstr_set(errstr, errstr_size,
-                          "config: proxy.exits: entry %zu carries credentials; "
-                          "they never go in a URL", i);
+                          "%s: proxy.exits: entry %zu carries credentials; "
+                          "they never go in a URL", src, i);
+            err = DD_ERR_INVAL;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < cfg->fetch_allow_targets.n; i++) {
+        if (!cidr_valid(cfg->fetch_allow_targets.v[i])) {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: fetch.allow_targets: '%s' is not an IPv4 or IPv6 "
+                          "CIDR (e.g. 127.0.0.1/32)", src,
+                          cfg->fetch_allow_targets.v[i]);
             err = DD_ERR_INVAL;
             goto out;
         }

@@ -1,7 +1,9 @@
 /* The pipeline thread.  See consumer.h for the flow and its invariants. */
 #include "consumer.h"
 
+#include <jansson.h>
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,7 +13,10 @@
 #include "fetch.h"
 #include "job.h"
 #include "kconf.h"
+#include "key.h"
+#include "http.h"
 #include "log.h"
+#include "metrics.h"
 #include "producer.h"
 #include "result.h"
 #include "store.h"
@@ -46,8 +51,11 @@ struct opctx {
     uint64_t generation;
     struct pmsg *msgs;    /* the claiming message and its in-flight duplicates */
     uint64_t seq;
+    uint32_t base_attempts; /* attempts of earlier generations (from the store) */
     bool stored;          /* result committed to the store (lease no longer
                              needed) */
+    bool failed;          /* result outcome failed */
+    bool shadow;          /* result outcome shadow */
 };
 
 enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
@@ -78,6 +86,8 @@ struct blocked {
 };
 
 #define OPMAP_BUCKETS 65536
+#define POLL_BATCH 1024
+#define DLQ_TRUNCATE_BYTES (512 * 1024) /* DLQ prefix kept when refused whole */   /* messages claimed together (one store batch) */
 
 struct pipeline {
     const struct cfg *cfg;
@@ -98,7 +108,11 @@ struct pipeline {
     size_t pending_out;   /* produced, not yet acknowledged */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
+    int64_t next_gauges_ms;
     bool assigned_once;
+    bool rechecking;      /* claim() of a held message: already counted */
+    atomic_bool ready;    /* read by the admin listener */
+    struct http *http;
 };
 
 static int64_t now_ms(void)
@@ -256,9 +270,11 @@ static void out_free(struct outmsg *m)
     free(m);
 }
 
+static void out_header(struct outmsg *m, const char *name, const char *value);
+
 static void out_send(struct pipeline *pl, struct outmsg *m)
 {
-    struct producer_header h[4];
+    struct producer_header h[5];
     for (size_t i = 0; i < m->n_hdrs; i++) {
         h[i].name = m->hname[i];
         h[i].value = m->hval[i];
@@ -274,6 +290,22 @@ static void out_send(struct pipeline *pl, struct outmsg *m)
         }
         if (e == DD_ERR_TRANSIENT) {
             producer_poll(pl->prod, 50);
+            continue;
+        }
+        if (m->kind == OUT_DLQ && m->value_len > DLQ_TRUNCATE_BYTES) {
+            /* The broker refuses the original whole: keep a prefix, say so
+             * (size and digest of the original) rather than lose the record. */
+            char note[160], digest[KEY_HEX_LEN + 1];
+            key_sha256_hex(m->value, m->value_len, digest);
+            snprintf(note, sizeof(note), "%zu bytes, sha256 %s", m->value_len,
+                     digest);
+            log_msg(LOG_WARNING, "producer",
+                    "DLQ record refused whole (%s): truncating to %d bytes",
+                    err, DLQ_TRUNCATE_BYTES);
+            m->value_len = DLQ_TRUNCATE_BYTES;
+            out_header(m, "dedupd-truncated", note);
+            for (size_t i = 0; i < m->n_hdrs; i++)
+                h[i] = (struct producer_header){m->hname[i], m->hval[i]};
             continue;
         }
         /* Not sendable (too large for the broker, unknown topic): retry later
@@ -308,7 +340,7 @@ static struct outmsg *out_new(enum out_kind kind, const char *topic,
 
 static void out_header(struct outmsg *m, const char *name, const char *value)
 {
-    if (m->n_hdrs < 4) {
+    if (m->n_hdrs < 5) {
         m->hname[m->n_hdrs] = strdup(name);
         m->hval[m->n_hdrs] = strdup(value);
         m->n_hdrs++;
@@ -356,15 +388,23 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
         if (store_outbox_ack(pl->store, m->seq, m->op->op_id, e, sizeof(e)))
             log_msg(LOG_ERR, "store", "%s", e);
         pl->st->results++;
+        metrics_result(m->op->shadow ? METRICS_RESULT_SHADOW
+                       : m->op->failed ? METRICS_RESULT_FAILED
+                                       : METRICS_RESULT_FETCHED);
         op_finish(pl, m->op);
         break;
     case OUT_REPLAY:
         if (store_outbox_ack(pl->store, m->seq, m->op_id, e, sizeof(e)))
             log_msg(LOG_ERR, "store", "%s", e);
         pl->st->results++;
+        metrics_add(METRICS_OUTBOX_REPLAYED, 1);
         break;
     case OUT_DLQ:
+        metrics_add(METRICS_DLQ, 1);
+        msg_done(pl, m->msg);
+        break;
     case OUT_CONFLICT:
+        metrics_add(METRICS_CONFLICTS_REPORTED, 1);
         msg_done(pl, m->msg);
         break;
     }
@@ -414,6 +454,7 @@ static void send_dlq(struct pipeline *pl, const rd_kafka_message_t *rkm,
     struct log_ctx lc = {pl->cfg->topic_jobs, rkm->partition, rkm->offset, NULL};
     log_ctx_msg(LOG_NOTICE, "consumer", &lc, "job to the DLQ: %s", reason);
     pl->st->invalid++;
+    metrics_job(METRICS_JOB_INVALID);
     out_send(pl, m);
 }
 
@@ -445,18 +486,15 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
 
 /* Claim \p job for message \p pm and act on the answer.  Takes ownership of
  * \p job and \p pm. */
-static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
-                  const char *source)
+static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
+                        const char *source, dd_err_t err, const char *errtext,
+                        enum store_claim_result res, struct store_op op)
 {
     char e[DD_ERRSTR_SIZE];
-    enum store_claim_result res;
-    struct store_op op;
     struct log_ctx lc = {pl->cfg->topic_jobs, pm->partition, pm->offset,
                          job->op_id};
-    dd_err_t err = store_claim(pl->store, job->op_id, job->request_hash,
-                               job->event_key, source, now_ms(), &res, &op, e,
-                               sizeof(e));
     if (err) {
+        snprintf(e, sizeof(e), "%s", errtext);
         /* Storage trouble: hold the message and try again shortly; its offset
          * stays uncommitted. */
         log_ctx_msg(LOG_ERR, "store", &lc, "%s; retrying", e);
@@ -472,15 +510,20 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     switch (res) {
     case STORE_CLAIM_NEW:
     case STORE_CLAIM_RECLAIMED: {
-        if (res == STORE_CLAIM_NEW)
+        if (res == STORE_CLAIM_NEW) {
             pl->st->new_ops++;
-        else {
+            metrics_job(METRICS_JOB_NEW);
+        } else {
             pl->st->reclaimed++;
+            metrics_job(METRICS_JOB_RECLAIMED);
+            metrics_add(METRICS_LEASE_RECOVERIES, 1);
             log_ctx_msg(LOG_NOTICE, "consumer", &lc,
                         "reclaimed op at generation %llu",
                         (unsigned long long)op.generation);
         }
         struct opctx *o = op_add(pl, job, op.generation, pm);
+        o->base_attempts = op.attempts;
+        o->shadow = pl->opts->shadow;
         if (pl->opts->shadow) {
             char *v;
             size_t vlen;
@@ -506,6 +549,7 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     }
     case STORE_CLAIM_CONFLICT: {
         pl->st->conflicts++;
+        metrics_job(METRICS_JOB_CONFLICT);
         bool first = false;
         if (store_conflict_mark(pl->store, job->op_id, job->request_hash,
                                 now_ms(), &first, e, sizeof(e))) {
@@ -544,6 +588,7 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
         /* The result is durable in the store (acknowledged, or in the outbox
          * that is replayed until acknowledged). */
         pl->st->duplicates++;
+        metrics_job(METRICS_JOB_DUPLICATE);
         log_ctx_msg(LOG_DEBUG, "consumer", &lc, "duplicate of a %s op",
                     store_op_state2str(op.state));
         job_destroy(job);
@@ -552,7 +597,10 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     }
     /* In flight: the message waits for that op's result (DESIGN.md section 4,
      * "in flight is not done"). */
-    pl->st->duplicates_inflight++;
+    if (!pl->rechecking) {
+        pl->st->duplicates_inflight++;
+        metrics_job(METRICS_JOB_DUPLICATE_INFLIGHT);
+    }
     struct opctx *o = op_find(pl, job->op_id);
     if (o) {
         pm->next = o->msgs;
@@ -570,6 +618,21 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     b->next = pl->blocked;
     pl->blocked = b;
     pl->n_blocked++;
+}
+
+/* Claim one job (the slow path: held messages).  Takes ownership of \p job
+ * and \p pm. */
+static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
+                  const char *source)
+{
+    char e[DD_ERRSTR_SIZE] = "";
+    enum store_claim_result res = STORE_CLAIM_DUPLICATE;
+    struct store_op op;
+    memset(&op, 0, sizeof(op));
+    dd_err_t err = store_claim(pl->store, job->op_id, job->request_hash,
+                               job->event_key, source, now_ms(), &res, &op, e,
+                               sizeof(e));
+    claim_apply(pl, job, pm, source, err, e, res, op);
 }
 
 static void recheck_blocked(struct pipeline *pl)
@@ -590,15 +653,48 @@ static void recheck_blocked(struct pipeline *pl)
         struct job *job = b->job;
         struct pmsg *pm = b->pm;
         free(b);
-        pl->st->duplicates_inflight--; /* counted again by claim() */
+        pl->rechecking = true; /* counted when it was first held */
         claim(pl, job, pm, source);
+        pl->rechecking = false;
     }
 }
 
-static void handle_message(struct pipeline *pl, rd_kafka_message_t *rkm)
+/* One message of a poll batch on its way to the claim. */
+struct item {
+    struct job *job;
+    struct pmsg *pm;
+    char source[STORE_SOURCE_MAX + 1];
+};
+
+/* Fast path (DESIGN.md section 2): the key equals the dedupd-op-id header and
+ * the hot index holds that op finished with the dedupd-request-hash header's
+ * hash: a duplicate, decided without parsing the value. */
+static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
 {
-    struct ptrack *t = track_get(pl, rkm->partition);
-    t->eof = false;
+    if (!pl->cfg->identity_trust_headers || !rkm->key || !rkm->key_len)
+        return false;
+    rd_kafka_headers_t *hdrs = NULL;
+    if (rd_kafka_message_headers(rkm, &hdrs))
+        return false;
+    const void *id, *hash;
+    size_t id_len, hash_len;
+    if (rd_kafka_header_get_last(hdrs, "dedupd-op-id", &id, &id_len) ||
+        rd_kafka_header_get_last(hdrs, "dedupd-request-hash", &hash, &hash_len))
+        return false;
+    if (id_len != rkm->key_len || memcmp(id, rkm->key, id_len) ||
+        hash_len != STORE_HASH_LEN)
+        return false;
+    char h[STORE_HASH_LEN + 1];
+    memcpy(h, hash, STORE_HASH_LEN);
+    h[STORE_HASH_LEN] = '\0';
+    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h, now_ms(),
+                                 NULL);
+}
+
+/* Parse and check one message; returns false when it went to the DLQ or was
+ * decided on the fast path. */
+static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
+{
     pl->st->consumed++;
     int64_t now = now_ms();
     if (!pl->st->first_msg_ms)
@@ -606,20 +702,39 @@ static void handle_message(struct pipeline *pl, rd_kafka_message_t *rkm)
     pl->st->last_msg_ms = now;
     pl->last_activity_ms = now;
     struct pmsg *pm = track_add(pl, rkm->partition, rkm->offset);
+    if (fast_path(pl, rkm)) {
+        pl->st->duplicates++;
+        pl->st->fast_path++;
+        metrics_job(METRICS_JOB_DUPLICATE);
+        metrics_add(METRICS_FAST_PATH_DECISIONS, 1);
+        msg_done(pl, pm);
+        return false;
+    }
     char e[DD_ERRSTR_SIZE];
     struct job *job = NULL;
     if (!rkm->payload || rkm->len == 0) {
         send_dlq(pl, rkm, pm, "empty message: a job is a JSON object");
-        return;
+        return false;
     }
     if (job_parse(&pl->jconf, rkm->payload, rkm->len, &job, e, sizeof(e))) {
         send_dlq(pl, rkm, pm, e);
-        return;
+        return false;
+    }
+    if (job->n_steps > 0 && !pl->opts->shadow) {
+        /* Until the fetch engine runs workflows, refuse them rather than
+         * fetch only their first step. */
+        job_destroy(job);
+        send_dlq(pl, rkm, pm,
+                 "field 'steps': workflow jobs are not supported by this "
+                 "version of dedupd yet");
+        return false;
     }
     /* The key is a routing hint; count keys that differ from op_id. */
     size_t idlen = strlen(job->op_id);
-    if (!rkm->key || rkm->key_len != idlen || memcmp(rkm->key, job->op_id, idlen))
+    if (!rkm->key || rkm->key_len != idlen || memcmp(rkm->key, job->op_id, idlen)) {
         pl->st->misrouted++;
+        metrics_job(METRICS_JOB_MISROUTED);
+    }
     /* A submitter's dedupd-op-id header must agree with the value. */
     rd_kafka_headers_t *hdrs = NULL;
     if (!rd_kafka_message_headers(rkm, &hdrs)) {
@@ -632,13 +747,46 @@ static void handle_message(struct pipeline *pl, rd_kafka_message_t *rkm)
                      "from the job (%.120s)", job->op_id);
             job_destroy(job);
             send_dlq(pl, rkm, pm, e);
-            return;
+            return false;
         }
     }
-    char source[STORE_SOURCE_MAX + 1];
-    source_of(pl->cfg->topic_jobs, rkm->partition, rkm->offset, source,
-              sizeof(source));
-    claim(pl, job, pm, source);
+    it->job = job;
+    it->pm = pm;
+    source_of(pl->cfg->topic_jobs, rkm->partition, rkm->offset, it->source,
+              sizeof(it->source));
+    return true;
+}
+
+/* Process a poll batch: admit each message, claim the survivors at once
+ * (store_claim_batch: one MultiGet for what the hot index cannot decide, one
+ * WriteBatch), then act on each answer in consumption order. */
+static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t n)
+{
+    struct item *items = calloc(n, sizeof(*items));
+    struct store_claim_req *reqs = calloc(n, sizeof(*reqs));
+    if (!items || !reqs)
+        abort();
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (admit(pl, rkms[i], &items[k]))
+            k++;
+    if (k) {
+        for (size_t i = 0; i < k; i++) {
+            reqs[i].op_id = items[i].job->op_id;
+            reqs[i].request_hash = items[i].job->request_hash;
+            reqs[i].event_key = items[i].job->event_key;
+            reqs[i].source = items[i].source;
+        }
+        char e[DD_ERRSTR_SIZE] = "";
+        dd_err_t err = store_claim_batch(pl->store, reqs, k, now_ms(), e, sizeof(e));
+        for (size_t i = 0; i < k; i++)
+            claim_apply(pl, items[i].job, items[i].pm, items[i].source,
+                        err ? err : reqs[i].err,
+                        err ? e : "store_claim_batch: per-request error",
+                        reqs[i].result, reqs[i].op);
+    }
+    free(items);
+    free(reqs);
 }
 
 /* A fetch finished: result + op state + outbox in one batch, then produce. */
@@ -655,18 +803,47 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result *r)
                       &outcome))
         abort();
     bool failed = strcmp(outcome, "fetched") != 0;
+    o->failed = failed;
+    metrics_observe(METRICS_JOB_ATTEMPTS, (double)r->attempts);
     if (failed) {
         pl->st->failed++;
         log_ctx_msg(LOG_NOTICE, "fetch", &lc, "op failed: %s (%s) after %u attempts",
                     r->category ? r->category : "too_large",
-                    r->error ? r->error : "", r->attempts);
+                    r->category ? (r->error ? r->error : "")
+                                : "result above limits.max_result_bytes",
+                    r->attempts);
+    }
+    /* Attempt records first (informational; a crash between the two writes
+     * leaves attempts of an op that is still running, which is true). */
+    if (r->n_attempt_log) {
+        struct store_attempt *sa = calloc(r->n_attempt_log, sizeof(*sa));
+        if (!sa)
+            abort();
+        for (size_t i = 0; i < r->n_attempt_log; i++) {
+            const struct fetch_attempt *fa = &r->attempt_log[i];
+            sa[i].number = o->base_attempts + (uint32_t)(i + 1);
+            sa[i].generation = o->generation;
+            sa[i].started_at_ms = fa->started_at_ms;
+            sa[i].ended_at_ms = fa->ended_at_ms;
+            sa[i].status = (int32_t)fa->status;
+            sa[i].bytes = fa->bytes;
+            snprintf(sa[i].session, sizeof(sa[i].session), "%s", fa->session);
+            snprintf(sa[i].exit_addr, sizeof(sa[i].exit_addr), "%s", fa->exit_addr);
+            snprintf(sa[i].category, sizeof(sa[i].category), "%s", fa->category);
+            snprintf(sa[i].error, sizeof(sa[i].error), "%s", fa->error);
+        }
+        if (store_attempts_put(pl->store, o->op_id, sa, r->n_attempt_log,
+                               now_ms(), e, sizeof(e)))
+            log_ctx_msg(LOG_WARNING, "store", &lc, "attempt records: %s", e);
+        free(sa);
     }
     uint64_t seq = 0;
     dd_err_t err = store_complete(pl->store, o->op_id, o->generation,
                                   failed ? STORE_OP_FAILED : STORE_OP_COMPLETE,
                                   failed ? (r->category ? r->category : "too_large")
                                          : NULL,
-                                  r->attempts, v, vlen, now_ms(), &seq, e,
+                                  o->base_attempts + r->attempts, v, vlen,
+                                  now_ms(), &seq, e,
                                   sizeof(e));
     if (err == DD_ERR_STATE) {
         /* Fenced: another worker took the op over; its result will stand. */
@@ -748,6 +925,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
         pl->assigned_once = true;
         rd_kafka_assign(rk, parts);
+        atomic_store(&pl->ready, true);
+        metrics_gauge_set(METRICS_READY, 1);
     } else {
         /* Commit what is stored; work still in flight for these partitions
          * finishes (its result is published) but its offsets are no longer
@@ -762,6 +941,101 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         rd_kafka_assign(rk, NULL);
     }
     pl->last_activity_ms = now_ms();
+}
+
+/* ---- HTTP callbacks and gauges (admin and api listener threads) ---------- */
+
+static bool http_ready(void *opaque, char *reason, size_t size)
+{
+    struct pipeline *pl = opaque;
+    if (atomic_load(&pl->ready))
+        return true;
+    snprintf(reason, size, "not consuming: waiting for partitions of %s",
+             pl->cfg->topic_jobs);
+    return false;
+}
+
+static int http_op(void *opaque, const char *op_id, char **response_json)
+{
+    struct pipeline *pl = opaque;
+    struct store_op op;
+    bool found = false;
+    char e[DD_ERRSTR_SIZE];
+    json_t *o = json_object();
+    int status = 200;
+    if (store_op_get(pl->store, op_id, now_ms(), &op, &found, e, sizeof(e))) {
+        json_object_set_new(o, "error", json_string("store read failed"));
+        log_msg(LOG_ERR, "http", "GET /v1/ops: %s", e);
+        status = 500;
+    } else if (!found) {
+        json_object_set_new(o, "error", json_string("op not found"));
+        json_object_set_new(o, "hint",
+                            json_string("not in this instance's store: it was "
+                                        "never claimed here (another instance "
+                                        "may own its partition), or it expired"));
+        status = 404;
+    } else {
+        json_object_set_new(o, "op_id", json_string(op_id));
+        json_object_set_new(o, "state", json_string(store_op_state2str(op.state)));
+        json_object_set_new(o, "request_hash", json_string(op.request_hash));
+        json_object_set_new(o, "event_key", json_string(op.event_key));
+        json_object_set_new(o, "generation", json_integer((json_int_t)op.generation));
+        json_object_set_new(o, "attempts", json_integer(op.attempts));
+        json_object_set_new(o, "outbox",
+                            json_string(op.outbox_state == STORE_OUTBOX_SENT ? "sent"
+                                        : op.outbox_state == STORE_OUTBOX_PENDING
+                                            ? "pending"
+                                            : "none"));
+        if (op.category[0])
+            json_object_set_new(o, "category", json_string(op.category));
+        json_object_set_new(o, "expires_at_ms", json_integer(op.expires_at_ms));
+    }
+    *response_json = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return status;
+}
+
+static int http_submit(void *opaque, const char *idempotency_key, const void *body,
+                       size_t len, char **response_json, char **hname,
+                       char **hvalue)
+{
+    (void)opaque, (void)idempotency_key, (void)body, (void)len, (void)hname,
+        (void)hvalue;
+    *response_json = strdup("{\"error\":\"POST /v1/jobs is not available in "
+                            "this version; produce to the jobs topic or use "
+                            "`dedupd submit`\"}");
+    return 501;
+}
+
+/* Gauges, once a second: ops in flight, outbox, index, consumer lag. */
+static void update_gauges(struct pipeline *pl)
+{
+    int64_t now = now_ms();
+    if (now < pl->next_gauges_ms)
+        return;
+    pl->next_gauges_ms = now + 1000;
+    metrics_gauge_set(METRICS_OPS_INFLIGHT, (int64_t)pl->n_ops);
+    metrics_gauge_set(METRICS_OUTBOX_PENDING,
+                      (int64_t)store_outbox_pending(pl->store));
+    struct store_index_stats is;
+    store_index_stats_get(pl->store, &is);
+    metrics_gauge_set(METRICS_INDEX_ENTRIES, (int64_t)is.entries);
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(pl->rk, &a) || !a)
+        return;
+    rd_kafka_position(pl->rk, a);
+    int64_t lag = 0;
+    for (int i = 0; i < a->cnt; i++) {
+        int64_t lo = 0, hi = 0;
+        if (rd_kafka_get_watermark_offsets(pl->rk, a->elems[i].topic,
+                                           a->elems[i].partition, &lo, &hi))
+            continue;
+        int64_t pos = a->elems[i].offset >= 0 ? a->elems[i].offset : lo;
+        if (hi > pos)
+            lag += hi - pos;
+    }
+    rd_kafka_topic_partition_list_destroy(a);
+    metrics_gauge_set(METRICS_CONSUMER_LAG_MESSAGES, lag);
 }
 
 /* ---- run ------------------------------------------------------------------ */
@@ -815,6 +1089,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         .lease_ms = cfg->store_lease_ms,
         .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
         .sync = cfg->store_sync,
+        .index_max_bytes = (size_t)cfg->store_index_max_bytes,
     };
     err = store_open(&sc, &pl->store, errstr, errstr_size);
     if (err)
@@ -822,6 +1097,25 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     err = producer_new(cfg, dr_cb, &pl->prod, errstr, errstr_size);
     if (err)
         goto out;
+    {
+        struct http_conf hc = {
+            .admin_listen = cfg->admin_listen,
+            .api_listen = cfg->api_listen,
+            .api_token = cfg->api_token[0] ? cfg->api_token : NULL,
+            .max_body_bytes = (size_t)cfg->api_max_body_bytes,
+        };
+        struct http_callbacks cb = {.ready = http_ready,
+                                    .submit = http_submit,
+                                    .op = http_op,
+                                    .opaque = pl};
+        err = http_new(&hc, &cb, &pl->http, errstr, errstr_size);
+        if (err)
+            goto out;
+        log_msg(LOG_INFO, "http", "admin listener on port %u (/healthz /readyz "
+                "/metrics), api listener on port %u",
+                (unsigned)http_admin_port(pl->http), (unsigned)http_api_port(pl->http));
+        metrics_gauge_set(METRICS_START_TIME_SECONDS, now_ms() / 1000);
+    }
     if (!opts->shadow) {
         err = fetch_new(cfg, &pl->fetch, errstr, errstr_size);
         if (err)
@@ -892,12 +1186,15 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     while (1) {
         bool stopping = !*opts->run;
         if (stopping && !stop_at) {
+            atomic_store(&pl->ready, false);
+            metrics_gauge_set(METRICS_READY, 0);
             stop_at = now_ms() + cfg->shutdown_grace_ms;
             log_msg(LOG_INFO, "consumer",
                     "stopping: finishing %zu ops in flight (grace %lld ms)",
                     pl->n_ops, (long long)cfg->shutdown_grace_ms);
         }
-        if (stopping && (idle(pl) || now_ms() >= stop_at))
+        if (stopping && (idle(pl) || now_ms() >= stop_at ||
+                         (opts->hurry && *opts->hurry)))
             break;
         /* Completions first: they free capacity. */
         if (pl->fetch) {
@@ -909,25 +1206,36 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         retry_due(pl);
         recheck_blocked(pl);
         renew_leases(pl);
+        update_gauges(pl);
         bool full = pl->n_ops >= (size_t)cfg->fetch_max_inflight;
         if (!stopping && !full) {
             int timeout = pl->n_ops || pl->pending_out ? 2 : 100;
-            for (int i = 0; i < 512; i++) {
+            rd_kafka_message_t *batch[POLL_BATCH];
+            size_t nb = 0;
+            /* Room for new ops bounds the batch: every message may be NEW. */
+            size_t room = (size_t)cfg->fetch_max_inflight - pl->n_ops;
+            for (int i = 0; i < POLL_BATCH && nb < room; i++) {
                 rd_kafka_message_t *rkm = rd_kafka_consumer_poll(pl->rk, i ? 0 : timeout);
                 if (!rkm)
                     break;
                 if (rkm->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                     track_get(pl, rkm->partition)->eof = true;
+                    rd_kafka_message_destroy(rkm);
                 } else if (rkm->err) {
                     log_msg(LOG_WARNING, "consumer", "consume: %s",
                             rd_kafka_message_errstr(rkm));
+                    rd_kafka_message_destroy(rkm);
                 } else {
-                    handle_message(pl, rkm);
+                    /* In poll order: an EOF polled after this message sets
+                     * the flag again. */
+                    track_get(pl, rkm->partition)->eof = false;
+                    batch[nb++] = rkm;
                 }
-                rd_kafka_message_destroy(rkm);
-                if (pl->n_ops >= (size_t)cfg->fetch_max_inflight)
-                    break;
             }
+            if (nb)
+                handle_batch(pl, batch, nb);
+            for (size_t i = 0; i < nb; i++)
+                rd_kafka_message_destroy(batch[i]);
         } else if (pl->fetch) {
             struct fetch_result *r = fetch_take(pl->fetch, 5);
             if (r)
@@ -994,6 +1302,7 @@ out:
             free(m->msg);
         out_free(m);
     }
+    http_destroy(pl->http);
     producer_destroy(pl->prod);
     store_close(pl->store);
     for (size_t i = 0; i < pl->n_parts; i++)
@@ -1013,7 +1322,7 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             "\"duplicates\":%llu,\"duplicates_inflight\":%llu,"
             "\"conflicts\":%llu,\"conflicts_reported\":%llu,\"invalid\":%llu,"
             "\"misrouted\":%llu,\"results\":%llu,\"failed\":%llu,"
-            "\"replayed_outbox\":%llu,\"fetch_attempts\":%llu,"
+            "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
             "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
             "\"seconds\":%.3f,\"messages_per_second\":%.1f}\n",
             (unsigned long long)st->consumed, (unsigned long long)st->new_ops,
@@ -1025,6 +1334,7 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             (unsigned long long)st->invalid, (unsigned long long)st->misrouted,
             (unsigned long long)st->results, (unsigned long long)st->failed,
             (unsigned long long)st->replayed_outbox,
+            (unsigned long long)st->fast_path,
             (unsigned long long)st->fetch_attempts,
             (unsigned long long)st->rotations,
             (unsigned long long)st->throttled, (unsigned long long)st->bytes,

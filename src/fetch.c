@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "retry.h"
 
 /* ---- session pool ------------------------------------------------------ */
@@ -428,6 +429,9 @@ static void att_close(struct xfer *x, long status, const char *category,
     a->bytes = x->rlen;
     snprintf(a->category, sizeof(a->category), "%s", category ? category : "");
     snprintf(a->error, sizeof(a->error), "%s", error ? error : "");
+    metrics_fetch_attempt(a->category,
+                          (double)(a->ended_at_ms - a->started_at_ms) / 1000.0);
+    metrics_add(METRICS_FETCHED_BYTES, a->bytes);
     if (x->easy) {
         char *ip = NULL;
         long port = 0;
@@ -687,6 +691,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
                     x->rotations++;
                     x->fresh_connect = true;
                     atomic_fetch_add(&f->st_rotations, 1);
+                    metrics_add(METRICS_ROTATIONS, 1);
                 }
             }
             char msg[96];
@@ -827,6 +832,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             x->session = next;
             x->rotations++;
             atomic_fetch_add(&f->st_rotations, 1);
+            metrics_add(METRICS_ROTATIONS, 1);
         }
     }
     fail_or_retry(f, x, 0, cat, err, retry);
@@ -866,6 +872,7 @@ static void launch_ready(struct fetch *f)
             x->rotations++;
             x->fresh_connect = true;
             atomic_fetch_add(&f->st_rotations, 1);
+            metrics_add(METRICS_ROTATIONS, 1);
         }
         x->session = s;
         *pp = x->next;

@@ -2,7 +2,8 @@
  *   0  success
  *   1  runtime failure (Kafka, store, I/O)
  *   2  usage or configuration error
- *   3  submit: some input lines were not valid jobs (they were not sent)
+ *   3  submit/key: some input was not a valid job (submit sent none of it)
+ *   4  inspect/forget: the op is not in the store
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,6 +25,7 @@
 #include "key.h"
 #include "log.h"
 #include "producer.h"
+#include "result.h"
 #include "store.h"
 
 extern char **environ;
@@ -31,12 +33,16 @@ extern char **environ;
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 #define EXIT_INVALID_INPUT 3
+#define EXIT_NOT_FOUND 4
 
-static volatile sig_atomic_t run = 1;
+static volatile sig_atomic_t run = 1, hurry = 0;
 
+/* First SIGTERM/SIGINT: drain within shutdown.grace_ms; second: leave now. */
 static void on_signal(int sig)
 {
     (void)sig;
+    if (!run)
+        hurry = 1;
     run = 0;
 }
 
@@ -55,16 +61,19 @@ static const char *usage_text =
     "          consume jobs, claim, fetch once, publish results\n"
     "  submit  -c FILE [--allow-invalid] [JOBS.ndjson|-]\n"
     "          produce jobs keyed by op_id; prints one JSON receipt per job\n"
-    "  tail    -c FILE [--exit-when-idle MS] [--from-beginning]\n"
+    "  tail    -c FILE [--exit-when-idle MS]\n"
     "          print each result once (drops event_keys already seen)\n"
     "  key     [-c FILE] JOB.json|-   show canonical request, op_id, hashes\n"
-    "  topics  -c FILE [--partitions N]   create the configured topics\n"
+    "  inspect -c FILE OP_ID [--json]     the op record and its attempts\n"
+    "  forget  -c FILE OP_ID              drop an op: its next job is fetched again\n"
+    "  topics  -c FILE [--partitions N] [--shadow]   create the configured\n"
+    "          topics (--shadow: the shadow.* output topics of run --shadow)\n"
     "  config  -c FILE --dump | --doc\n"
     "  version\n"
     "\n"
     "Configuration: -c FILE (JSON), then DEDUPD_* environment variables.\n"
     "Exit codes: 0 success, 1 runtime failure, 2 usage or configuration error,\n"
-    "3 submit found invalid jobs (not sent).\n";
+    "3 invalid job input (submit sent none of the invalid lines), 4 op not found.\n";
 
 static void usage(FILE *fp)
 {
@@ -103,6 +112,23 @@ static void job_conf_from(const struct cfg *cfg, struct job_conf *jc)
     jc->max_job_bytes = (size_t)cfg->limits_max_job_bytes;
 }
 
+/* Shadow mode never touches live state: its own store, consumer group and
+ * output topics under the prefix "shadow." (the jobs topic is the live one). */
+static void shadow_rename(struct cfg *cfg)
+{
+    char buf[1024];
+    char **fields[] = {&cfg->topic_results, &cfg->topic_conflicts,
+                       &cfg->topic_dlq, &cfg->group_id};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        snprintf(buf, sizeof(buf), "shadow.%s", *fields[i]);
+        free(*fields[i]);
+        *fields[i] = strdup(buf);
+    }
+    snprintf(buf, sizeof(buf), "%s.shadow", cfg->store_path);
+    free(cfg->store_path);
+    cfg->store_path = strdup(buf);
+}
+
 /* ---- run ----------------------------------------------------------------- */
 
 static int cmd_run(int argc, char **argv)
@@ -115,7 +141,7 @@ static int cmd_run(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
-    struct consumer_opts opts = {.run = &run};
+    struct consumer_opts opts = {.run = &run, .hurry = &hurry};
     bool stats_json = false;
     int c;
     while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
@@ -131,21 +157,8 @@ static int cmd_run(int argc, char **argv)
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    if (opts.shadow) {
-        /* Shadow mode never touches live state: its own store, group and
-         * topics under "shadow.". */
-        char buf[1024];
-        char **fields[] = {&cfg->topic_results, &cfg->topic_conflicts,
-                           &cfg->topic_dlq, &cfg->group_id};
-        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-            snprintf(buf, sizeof(buf), "shadow.%s", *fields[i]);
-            free(*fields[i]);
-            *fields[i] = strdup(buf);
-        }
-        snprintf(buf, sizeof(buf), "%s.shadow", cfg->store_path);
-        free(cfg->store_path);
-        cfg->store_path = strdup(buf);
-    }
+    if (opts.shadow)
+        shadow_rename(cfg);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -238,7 +251,7 @@ static int cmd_submit(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    long lineno = 0, invalid = 0, sent = 0;
+    long lineno = 0, invalid = 0, sent = 0, not_sent = 0;
     int rc = 0;
     while ((n = getline(&line, &cap, in)) > 0) {
         lineno++;
@@ -277,10 +290,12 @@ static int cmd_submit(int argc, char **argv)
                                      (size_t)n, h, nh, r, e, sizeof(e));
         job_destroy(job);
         if (err) {
+            /* This line is not sent (e.g. larger than the broker accepts);
+             * the others still are. */
             fprintf(stderr, "dedupd: submit: line %ld: %s\n", lineno, e);
             free(r);
-            rc = EXIT_RUNTIME;
-            break;
+            not_sent++;
+            continue;
         }
         sent++;
         producer_poll(p, 0);
@@ -288,18 +303,21 @@ static int cmd_submit(int argc, char **argv)
     free(line);
     if (in != stdin)
         fclose(in);
+    long unacked = 0;
     if (producer_flush(p, 60000)) {
-        fprintf(stderr, "dedupd: submit: %d messages unacknowledged after 60 s\n",
-                producer_outq_len(p));
+        unacked = producer_outq_len(p);
+        fprintf(stderr, "dedupd: submit: %ld messages unacknowledged after 60 s "
+                        "(is the broker at %s reachable?)\n",
+                unacked, cfg->bootstrap_servers);
         rc = EXIT_RUNTIME;
     }
     producer_destroy(p);
     fflush(stdout);
     fprintf(stderr, "dedupd: submit: %ld lines, %ld sent, %ld acknowledged, "
-                    "%ld invalid, %ld failed\n",
-            lineno, sent, delivered, invalid, delivery_failed);
+                    "%ld invalid, %ld not sent, %ld failed, %ld unacknowledged\n",
+            lineno, sent, delivered, invalid, not_sent, delivery_failed, unacked);
     cfg_destroy(cfg);
-    if (!rc && delivery_failed)
+    if (!rc && (delivery_failed || not_sent))
         rc = EXIT_RUNTIME;
     if (!rc && invalid && !allow_invalid)
         rc = EXIT_INVALID_INPUT;
@@ -502,14 +520,17 @@ static int cmd_topics(int argc, char **argv)
     static const struct option lo[] = {
         {"config", required_argument, 0, 'c'},
         {"partitions", required_argument, 0, 'p'},
+        {"shadow", no_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
+    bool shadow = false;
     int partitions = 4, c;
     while ((c = getopt_long(argc, argv, "c:p:h", lo, NULL)) != -1) {
         switch (c) {
         case 'c': path = optarg; break;
         case 'p': partitions = atoi(optarg); break;
+        case 's': shadow = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -536,6 +557,8 @@ static int cmd_topics(int argc, char **argv)
         cfg_destroy(cfg);
         return EXIT_RUNTIME;
     }
+    if (shadow)
+        shadow_rename(cfg);
     const char *names[] = {cfg->topic_jobs, cfg->topic_results,
                            cfg->topic_conflicts, cfg->topic_dlq};
     rd_kafka_NewTopic_t *nt[4];
@@ -578,6 +601,213 @@ static int cmd_topics(int argc, char **argv)
     return rc;
 }
 
+
+/* ---- inspect, forget ------------------------------------------------------ */
+
+static struct store *open_store_for_cli(const struct cfg *cfg)
+{
+    char e[DD_ERRSTR_SIZE], run_id[32];
+    snprintf(run_id, sizeof(run_id), "cli%lld", (long long)now_ms());
+    struct store_conf sc = {.path = cfg->store_path,
+                            .instance = cfg->instance_id,
+                            .run_id = run_id,
+                            .ops_ttl_ms = cfg->store_ops_ttl_ms,
+                            .failed_ttl_ms = cfg->store_failed_ttl_ms,
+                            .lease_ms = cfg->store_lease_ms,
+                            .block_cache_bytes = 8 << 20,
+                            .sync = true};
+    struct store *st = NULL;
+    if (store_open(&sc, &st, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        return NULL;
+    }
+    return st;
+}
+
+static void time_text(int64_t ms, char *buf, size_t size)
+{
+    if (ms <= 0)
+        snprintf(buf, size, "-");
+    else
+        result_time_format(ms, buf, size);
+}
+
+static const char *outbox2str(enum store_outbox_state s)
+{
+    return s == STORE_OUTBOX_PENDING ? "pending"
+           : s == STORE_OUTBOX_SENT  ? "sent"
+                                     : "none";
+}
+
+/* `dedupd inspect OP_ID [--json]`: the op record and its attempts.
+ * Exit 0 when found, 4 when the op is absent or expired. */
+static int cmd_inspect(int argc, char **argv)
+{
+    static const struct option lo[] = {{"config", required_argument, 0, 'c'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    const char *path = NULL;
+    bool as_json = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'j': as_json = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "dedupd: inspect: missing OP_ID\n");
+        return EXIT_USAGE;
+    }
+    const char *op_id = argv[optind];
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    struct store *st = open_store_for_cli(cfg);
+    if (!st) {
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    char e[DD_ERRSTR_SIZE];
+    struct store_op op;
+    bool found = false;
+    int rc = 0;
+    struct store_attempt *att = NULL;
+    size_t n_att = 0;
+    if (store_op_get(st, op_id, now_ms(), &op, &found, e, sizeof(e)) ||
+        store_attempts_get(st, op_id, now_ms(), &att, &n_att, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: inspect: %s\n", e);
+        rc = EXIT_RUNTIME;
+        goto out;
+    }
+    if (!found) {
+        fprintf(stderr, "dedupd: inspect: op %s is not in the store at %s "
+                        "(never claimed here, expired, or forgotten)\n",
+                op_id, cfg->store_path);
+        rc = EXIT_NOT_FOUND;
+        goto out;
+    }
+    if (as_json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "op_id", json_string(op_id));
+        json_object_set_new(o, "state", json_string(store_op_state2str(op.state)));
+        json_object_set_new(o, "request_hash", json_string(op.request_hash));
+        json_object_set_new(o, "event_key", json_string(op.event_key));
+        json_object_set_new(o, "generation", json_integer((json_int_t)op.generation));
+        json_object_set_new(o, "lease_owner", json_string(op.lease_owner));
+        json_object_set_new(o, "lease_expires_at_ms", json_integer(op.lease_expires_at_ms));
+        json_object_set_new(o, "created_at_ms", json_integer(op.created_at_ms));
+        json_object_set_new(o, "updated_at_ms", json_integer(op.updated_at_ms));
+        json_object_set_new(o, "expires_at_ms", json_integer(op.expires_at_ms));
+        json_object_set_new(o, "attempts", json_integer(op.attempts));
+        json_object_set_new(o, "outbox", json_string(outbox2str(op.outbox_state)));
+        json_object_set_new(o, "first_source", json_string(op.source));
+        json_object_set_new(o, "category", json_string(op.category));
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n_att; i++) {
+            json_t *a = json_object();
+            json_object_set_new(a, "number", json_integer(att[i].number));
+            json_object_set_new(a, "generation", json_integer((json_int_t)att[i].generation));
+            json_object_set_new(a, "started_at_ms", json_integer(att[i].started_at_ms));
+            json_object_set_new(a, "ended_at_ms", json_integer(att[i].ended_at_ms));
+            json_object_set_new(a, "status", json_integer(att[i].status));
+            json_object_set_new(a, "bytes", json_integer((json_int_t)att[i].bytes));
+            json_object_set_new(a, "session", json_string(att[i].session));
+            json_object_set_new(a, "exit", json_string(att[i].exit_addr));
+            json_object_set_new(a, "category", json_string(att[i].category));
+            json_object_set_new(a, "error", json_string(att[i].error));
+            json_array_append_new(arr, a);
+        }
+        json_object_set_new(o, "attempt_log", arr);
+        json_dumpf(o, stdout, JSON_INDENT(2));
+        fputc('\n', stdout);
+        json_decref(o);
+    } else {
+        char t1[40], t2[40], t3[40], t4[40];
+        time_text(op.created_at_ms, t1, sizeof(t1));
+        time_text(op.updated_at_ms, t2, sizeof(t2));
+        time_text(op.expires_at_ms, t3, sizeof(t3));
+        time_text(op.lease_expires_at_ms, t4, sizeof(t4));
+        printf("op_id         %s\n"
+               "state         %s%s%s\n"
+               "request_hash  %s\n"
+               "event_key     %s\n"
+               "generation    %llu\n"
+               "lease         %s until %s\n"
+               "created       %s\n"
+               "updated       %s\n"
+               "expires       %s\n"
+               "outbox        %s\n"
+               "first source  %s\n"
+               "attempts      %u\n",
+               op_id, store_op_state2str(op.state), op.category[0] ? " / " : "",
+               op.category, op.request_hash, op.event_key,
+               (unsigned long long)op.generation, op.lease_owner, t4, t1, t2, t3,
+               outbox2str(op.outbox_state), op.source, op.attempts);
+        for (size_t i = 0; i < n_att; i++) {
+            time_text(att[i].started_at_ms, t1, sizeof(t1));
+            printf("  #%u gen %llu  %s  %lld ms  status %d  %llu bytes  %s via %s%s%s%s%s\n",
+                   att[i].number, (unsigned long long)att[i].generation, t1,
+                   (long long)(att[i].ended_at_ms - att[i].started_at_ms),
+                   att[i].status, (unsigned long long)att[i].bytes,
+                   att[i].exit_addr[0] ? att[i].exit_addr : "-", att[i].session,
+                   att[i].category[0] ? "  " : "", att[i].category,
+                   att[i].error[0] ? ": " : "", att[i].error);
+        }
+    }
+out:
+    free(att);
+    store_close(st);
+    cfg_destroy(cfg);
+    return rc;
+}
+
+/* `dedupd forget OP_ID`: drop an op so its next job is fetched again. */
+static int cmd_forget(int argc, char **argv)
+{
+    static const struct option lo[] = {{"config", required_argument, 0, 'c'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    const char *path = NULL;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "dedupd: forget: missing OP_ID\n");
+        return EXIT_USAGE;
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    struct store *st = open_store_for_cli(cfg);
+    if (!st) {
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    char e[DD_ERRSTR_SIZE];
+    bool found = false;
+    int rc = 0;
+    if (store_forget(st, argv[optind], &found, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: forget: %s\n", e);
+        rc = EXIT_RUNTIME;
+    } else if (!found) {
+        fprintf(stderr, "dedupd: forget: op %s is not in the store\n", argv[optind]);
+        rc = EXIT_NOT_FOUND;
+    } else
+        printf("forgot %s\n", argv[optind]);
+    store_close(st);
+    cfg_destroy(cfg);
+    return rc;
+}
+
 /* ---- config, version ------------------------------------------------------ */
 
 static int cmd_config(int argc, char **argv)
@@ -603,11 +833,15 @@ static int cmd_config(int argc, char **argv)
         cfg_doc_markdown(stdout);
         return 0;
     }
+    if (!dump) {
+        fprintf(stderr, "dedupd: config: say --dump (effective config) or --doc "
+                        "(option table)\n");
+        return EXIT_USAGE;
+    }
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    if (dump)
-        cfg_dump(cfg, stdout);
+    cfg_dump(cfg, stdout);
     cfg_destroy(cfg);
     return 0;
 }
@@ -640,6 +874,10 @@ int main(int argc, char **argv)
         rc = cmd_tail(argc, argv);
     else if (!strcmp(cmd, "key"))
         rc = cmd_key(argc, argv);
+    else if (!strcmp(cmd, "inspect"))
+        rc = cmd_inspect(argc, argv);
+    else if (!strcmp(cmd, "forget"))
+        rc = cmd_forget(argc, argv);
     else if (!strcmp(cmd, "topics"))
         rc = cmd_topics(argc, argv);
     else if (!strcmp(cmd, "config"))

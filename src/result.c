@@ -37,17 +37,35 @@ static json_t *base64(const unsigned char *p, size_t n)
     return v;
 }
 
+/* Detail levels of a result: everything; without the body; minimal (no body,
+ * meta, URLs or error text: what is left when even that is too large). */
+enum detail { FULL, NO_BODY, MINIMAL };
+
 static json_t *encode(const struct job *job, const struct fetch_result *r,
-                      uint64_t generation, bool with_body, const char **outcome)
+                      uint64_t generation, enum detail detail,
+                      const char **outcome)
 {
+    bool with_body = detail == FULL;
     json_t *o = json_object();
     json_object_set_new(o, "event_key", json_string(job->event_key));
     json_object_set_new(o, "op_id", json_string(job->op_id));
     json_object_set_new(o, "request_hash", json_string(job->request_hash));
+    json_object_set_new(o, "generation", json_integer((json_int_t)generation));
+    if (detail == MINIMAL) {
+        char digest[KEY_HEX_LEN + 1];
+        key_sha256_hex(job->req.url, strlen(job->req.url), digest);
+        json_object_set_new(o, "url_sha256", json_string(digest));
+        *outcome = "failed";
+        json_object_set_new(o, "outcome", json_string("failed"));
+        if (r) {
+            json_object_set_new(o, "status", json_integer(r->status));
+            json_object_set_new(o, "attempts", json_integer(r->attempts));
+        }
+        return o;
+    }
     json_object_set_new(o, "job_key", str_or_null(job->job_key));
     json_object_set_new(o, "url", json_string(job->req.url));
-    json_object_set_new(o, "generation", json_integer((json_int_t)generation));
-    if (job->meta_json) {
+    if (job->meta_json && detail == FULL) {
         json_t *m = json_loads(job->meta_json, 0, NULL);
         json_object_set_new(o, "meta", m ? m : json_null());
     }
@@ -104,25 +122,27 @@ dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                        uint64_t generation, size_t max_bytes, char **out,
                        size_t *out_len, const char **outcome)
 {
-    json_t *o = encode(job, r, generation, true, outcome);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s)
-        return DD_ERR_NOMEM;
-    size_t n = strlen(s);
-    if (n > max_bytes && r) {
+    /* Full result; above max_bytes a failed/too_large result without body
+     * and meta; if even that is too large (a huge URL), a minimal one. */
+    char *s = NULL;
+    size_t n = 0;
+    for (enum detail d = FULL; d <= MINIMAL; d++) {
+        json_t *o = encode(job, r, generation, d, outcome);
+        if (d != FULL) {
+            *outcome = "failed";
+            json_object_set_new(o, "outcome", json_string("failed"));
+            json_object_set_new(o, "category", json_string("too_large"));
+            json_object_set_new(o, "error",
+                                json_string("result above limits.max_result_bytes"));
+        }
         free(s);
-        o = encode(job, r, generation, false, outcome);
-        *outcome = "failed";
-        json_object_set_new(o, "outcome", json_string("failed"));
-        json_object_set_new(o, "category", json_string("too_large"));
-        json_object_set_new(o, "error",
-                            json_string("result above limits.max_result_bytes"));
         s = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         if (!s)
             return DD_ERR_NOMEM;
         n = strlen(s);
+        if (n <= max_bytes)
+            break;
     }
     *out = s;
     *out_len = n;

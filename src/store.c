@@ -8,6 +8,12 @@
  *                    i64 lease_expires_at, i64 created_at, i64 updated_at,
  *                    u32 attempts, u64 outbox_seq, then the strings
  *                    request_hash, event_key, lease_owner, source, category
+ *   attempts   key op_id "\n" u32 number, big-endian (iteration order = number
+ *              order; the key length tells op "a" from op "a\n...")
+ *              value header(type ATTEMPT, expires_at = written + ops TTL)
+ *                    u32 number, u64 generation, i64 started_at, i64 ended_at,
+ *                    i32 status, u64 bytes, then the strings session,
+ *                    exit_addr, category, error
  *   outbox     key u64 seq, big-endian (iteration order = sequence order)
  *              value header(type OUTBOX, expires_at 0) str op_id, str event_key,
  *                    u64 generation, u32 value_len, value bytes
@@ -20,12 +26,18 @@
  *              "outbox_seq_reserved"  u64 LE: sequence numbers below it may have
  *                                     been handed out; a restart starts above it
  *
- * Integers are little-endian (except outbox keys), strings are u16 length +
- * bytes.  Decoding is bounds checked; anything unexpected is DD_ERR_FATAL.
+ * Integers are little-endian (except outbox and attempt keys), strings are u16
+ * length + bytes.  Decoding is bounds checked; anything unexpected is
+ * DD_ERR_FATAL.  The attempts column family was added without a layout bump:
+ * its records use the V1 header, and an older dedupd opens it as a column
+ * family of a newer layout.
  *
  * Expiry: a record is expired when expires_at < now (C-28: written at t with
  * TTL d it is still live at t + d).  Reads and the compaction filter use the
  * same test, record_expired().
+ *
+ * The hot index (DESIGN.md section 4) is described where it is implemented,
+ * below "hot index".
  */
 #include "store.h"
 
@@ -35,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include <rocksdb/c.h>
@@ -49,6 +62,7 @@
 #define STORE_DEF_FAILED_TTL_MS (1LL * 3600 * 1000)
 #define STORE_DEF_LEASE_MS (60LL * 1000)
 #define STORE_DEF_CACHE_BYTES ((size_t)64 << 20)
+#define STORE_DEF_INDEX_BYTES ((size_t)64 << 20)
 #define STORE_WRITE_BUFFER_BYTES ((size_t)32 << 20)
 
 /* an op record: header + fixed fields + 5 strings with u16 lengths */
@@ -56,11 +70,18 @@
     (STORE_HDR_LEN + 1 + 1 + 8 + 8 + 8 + 8 + 4 + 8 + 5 * 2 + STORE_HASH_LEN * 2 \
      + STORE_OWNER_MAX + STORE_SOURCE_MAX + STORE_CATEGORY_MAX)
 
+/* an attempt record: header + fixed fields + 4 strings with u16 lengths */
+#define STORE_ATTEMPT_VALUE_MAX                                               \
+    (STORE_HDR_LEN + 4 + 8 + 8 + 8 + 4 + 8 + 4 * 2 + 2 * STORE_SESSION_MAX    \
+     + STORE_CATEGORY_MAX + STORE_ERROR_MAX)
+#define STORE_ATTEMPT_KEY_MAX (STORE_KEY_MAX + 1 + 4)
+
 enum rec_type {
     REC_OP = 1,
     REC_OUTBOX = 2,
     REC_CONFLICT = 3,
     REC_SEEN = 4,
+    REC_ATTEMPT = 5,
 };
 
 enum store_cf {
@@ -70,20 +91,56 @@ enum store_cf {
     CF_CONFLICTS,
     CF_SEEN,
     CF_META,
+    CF_ATTEMPTS,
     CF_N
 };
 
 static const char *const cf_names[CF_N] = {
-    "default", "ops", "outbox", "conflicts", "seen", "meta",
+    "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
 };
 
 static const char META_LAYOUT_KEY[] = "layout_version";
 static const char META_SEQ_KEY[] = "outbox_seq_reserved";
 
+/* ---- hot index types (see "hot index" below) ---- */
+
+#define IDX_SEGS 64          /* independent tables, one rwlock each */
+#define IDX_SEG_SHIFT 58     /* segment = top 6 bits of k0 */
+#define IDX_MIN_SLOTS 16
+#define IDX_LOAD_NUM 4       /* grow (or stop inserting) past load 4/5 */
+#define IDX_LOAD_DEN 5
+#define IDX_EXP_MASK ((UINT64_C(1) << 48) - 1)
+#define IDX_ST_SHIFT 48
+#define IDX_OB_SHIFT 56
+#define IDX_ST_ABSENT 0      /* a tombstone: known absent (store_forget) */
+
+/* One slot: 32 bytes.  k0|k1 == 0 marks an empty slot. */
+struct idx_slot {
+    uint64_t k0, k1; /* SipHash-2-4-128 of op_id (keyed, never 0) */
+    uint64_t h;      /* SipHash-2-4-64 of request_hash */
+    uint64_t m;      /* expires_at ms (48 bits, clamped), state, outbox */
+};
+_Static_assert(sizeof(struct idx_slot) == 32, "index slot is 32 bytes");
+
+struct idx_seg {
+    pthread_rwlock_t lock;
+    struct idx_slot *slots;
+    uint64_t cap;     /* slots */
+    uint64_t used;    /* occupied slots (tombstones and expired included) */
+    uint64_t max_cap; /* bound */
+    uint64_t fails;   /* inserts refused since the last purge */
+    _Atomic uint64_t hits, misses;
+    char pad[64];     /* keep segments on separate cache lines */
+};
+
+struct idx_key {
+    uint64_t k0, k1;
+};
+
 struct store {
     rocksdb_t *db;
     rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
-    rocksdb_options_t *ttl_opts; /* ops, conflicts, seen: + TTL filter */
+    rocksdb_options_t *ttl_opts; /* ops, attempts, conflicts, seen: + TTL */
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
@@ -102,6 +159,19 @@ struct store {
     _Atomic uint64_t next_seq;           /* next outbox seq to hand out */
     _Atomic uint64_t seq_reserved;       /* persisted bound (exclusive) */
     _Atomic uint64_t pending;            /* outbox entries */
+
+    /* hot index */
+    unsigned char sip_key[16];           /* random per open */
+    unsigned char sip_hkey[16];          /* for request_hash digests */
+    struct idx_seg *idx;                 /* IDX_SEGS segments */
+    int idx_segs_init;
+    _Atomic bool idx_done;               /* rebuild finished */
+    _Atomic bool idx_lossy;              /* some live op may be missing */
+    _Atomic bool idx_off;                /* unusable until reopen */
+    _Atomic int64_t idx_horizon_ms;      /* a miss proves nothing before it */
+    _Atomic bool idx_stop;               /* store_close: stop the rebuild */
+    pthread_t idx_thread;
+    bool idx_thread_started;
 
     char *path;
     char owner[STORE_OWNER_MAX + 1];        /* "<instance>#<run_id>" */
@@ -178,6 +248,21 @@ static uint64_t get_be64(const unsigned char *p)
     for (int i = 0; i < 8; i++)
         v = (v << 8) | p[i];
     return v;
+}
+
+/*
+ * RocksDB counts every key comparison in its thread-local perf context (two
+ * TLS look-ups through __tls_get_addr per comparison in Debian's shared
+ * library): about 10% of a claim batch's memtable inserts.  dedupd reads no
+ * perf context, so the claim paths switch it off for their thread.
+ */
+static void perf_off(void)
+{
+    static _Thread_local bool done;
+    if (!done) {
+        rocksdb_set_perf_level(rocksdb_disable);
+        done = true;
+    }
 }
 
 /* Convert a RocksDB error at the boundary: copy, then rocksdb_free. */
@@ -454,6 +539,601 @@ static unsigned char ttl_filter(void *state, int level, const char *key,
 }
 
 /* ---------------------------------------------------------------------- */
+/* SipHash-2-4 (Aumasson and Bernstein, reference implementation's rules)  */
+
+#define SIP_ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIP_ROUND                                                             \
+    do {                                                                      \
+        v0 += v1;                                                             \
+        v1 = SIP_ROTL(v1, 13);                                                \
+        v1 ^= v0;                                                             \
+        v0 = SIP_ROTL(v0, 32);                                                \
+        v2 += v3;                                                             \
+        v3 = SIP_ROTL(v3, 16);                                                \
+        v3 ^= v2;                                                             \
+        v0 += v3;                                                             \
+        v3 = SIP_ROTL(v3, 21);                                                \
+        v3 ^= v0;                                                             \
+        v2 += v1;                                                             \
+        v1 = SIP_ROTL(v1, 17);                                                \
+        v1 ^= v2;                                                             \
+        v2 = SIP_ROTL(v2, 32);                                                \
+    } while (0)
+
+/*
+ * SipHash-2-4 of \p in under the 16-byte key \p k: out[0] is the 64-bit tag
+ * (wide == false), or out[0], out[1] the 128-bit tag (wide), each the
+ * little-endian reading of the reference implementation's output bytes.
+ */
+static void siphash24(const void *in, size_t inlen, const unsigned char k[16],
+                      bool wide, uint64_t out[2])
+{
+    const unsigned char *p = in;
+    uint64_t k0 = get_le64(k), k1 = get_le64(k + 8);
+    uint64_t v0 = UINT64_C(0x736f6d6570736575) ^ k0;
+    uint64_t v1 = UINT64_C(0x646f72616e646f6d) ^ k1;
+    uint64_t v2 = UINT64_C(0x6c7967656e657261) ^ k0;
+    uint64_t v3 = UINT64_C(0x7465646279746573) ^ k1;
+    uint64_t b = (uint64_t)inlen << 56;
+    if (wide)
+        v1 ^= 0xee;
+    const unsigned char *end = p + (inlen & ~(size_t)7);
+    for (; p != end; p += 8) {
+        uint64_t m = get_le64(p);
+        v3 ^= m;
+        SIP_ROUND;
+        SIP_ROUND;
+        v0 ^= m;
+    }
+    for (size_t i = 0; i < (inlen & 7); i++)
+        b |= (uint64_t)p[i] << (8 * i);
+    v3 ^= b;
+    SIP_ROUND;
+    SIP_ROUND;
+    v0 ^= b;
+    v2 ^= wide ? 0xee : 0xff;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    out[0] = v0 ^ v1 ^ v2 ^ v3;
+    if (!wide)
+        return;
+    v1 ^= 0xdd;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    SIP_ROUND;
+    out[1] = v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* ---------------------------------------------------------------------- */
+/* hot index                                                               */
+
+/*
+ * An exact in-memory index in front of the ops column family (DESIGN.md
+ * section 4): op_id digest -> request_hash digest, state, outbox state and
+ * expires_at.
+ *
+ * Digests: the key is SipHash-2-4-128 of op_id and the value holds
+ * SipHash-2-4-64 of request_hash, both keyed with 128 random bits drawn at
+ * every open (the index lives in memory only and is rebuilt at open).  A keyed
+ * PRF, unlike MurmurHash or xxHash, cannot be steered into collisions by whoever
+ * picks job keys; for unsteered inputs two of 10M op_ids collide with
+ * probability about 1.5e-25, and a conflicting request_hash passes for the
+ * same one with probability 2^-64.  About 60 ns for a 64-byte op_id here.
+ *
+ * Table: IDX_SEGS independent open-addressing tables (linear probing, 32-byte
+ * slots, multiply-shift slot choice so that capacities need not be powers of
+ * two), each under its own rwlock: a rehash stalls one segment only, and
+ * readers of different segments never share a lock word.  A segment grows by
+ * half when its load passes 4/5, so the index costs 40 to 60 bytes per op_id,
+ * up to index_max_bytes / IDX_SEGS each.  At its bound a segment first purges
+ * tombstones and expired entries, then refuses inserts: the index is then
+ * lossy, a cache.
+ *
+ * Invariant: an entry, when present, describes the op's latest committed
+ * record.  Every op write updates it after RocksDB accepted the write, under
+ * the op's stripe, so claims (which take the stripe first) always see it
+ * current.  A missing entry proves the op absent only when the index is
+ * complete: rebuilt, never lossy, and now >= idx_horizon_ms, the latest time
+ * at which entries of expired ops were dropped or skipped.  Entries the
+ * compaction filter may already have removed from RocksDB (expires_at below
+ * the filter clock) are not trusted either: RocksDB answers them.
+ *
+ * Rebuild: a thread iterates the ops column family (a snapshot) and inserts
+ * unexpired records only where no entry exists, so a writer's newer entry
+ * always wins; store_forget leaves a tombstone while the rebuild runs so that
+ * the snapshot cannot bring a deleted op back.  Nothing is purged during the
+ * rebuild, so an insert a full segment refused to a writer is refused to the
+ * rebuild too.
+ */
+
+enum idx_verdict {
+    IV_UNKNOWN,  /* ask RocksDB */
+    IV_ABSENT,   /* proven absent or expired */
+    IV_FINISHED, /* complete or failed, live; *out holds the entry */
+};
+
+enum idx_put_mode {
+    IDX_UPSERT,  /* a writer's committed record */
+    IDX_FILL,    /* cache a record just read; only if absent, may fail */
+    IDX_REBUILD, /* the rebuild's snapshot record; only if absent */
+};
+
+enum { IDX_LIVE, IDX_EXPIRED, IDX_UNSURE };
+
+static void idx_digest(const struct store *s, const char *op_id, size_t len,
+                       struct idx_key *k)
+{
+    uint64_t o[2];
+    siphash24(op_id, len, s->sip_key, true, o);
+    k->k0 = o[0];
+    k->k1 = o[1] ? o[1] : 1; /* never the empty slot's 0, 0 */
+}
+
+static uint64_t idx_hdigest(const struct store *s, const char *h, size_t len)
+{
+    uint64_t o[2];
+    siphash24(h, len, s->sip_hkey, false, o);
+    return o[0];
+}
+
+static uint64_t idx_meta(int64_t expires_at_ms, enum store_op_state state,
+                         enum store_outbox_state outbox)
+{
+    uint64_t e;
+    if (expires_at_ms <= 0)
+        e = 0; /* reads as "at most 0" */
+    else if ((uint64_t)expires_at_ms >= IDX_EXP_MASK)
+        e = IDX_EXP_MASK; /* reads as "at least IDX_EXP_MASK" */
+    else
+        e = (uint64_t)expires_at_ms;
+    return e | (uint64_t)state << IDX_ST_SHIFT
+           | (uint64_t)outbox << IDX_OB_SHIFT;
+}
+
+static int idx_state(uint64_t m)
+{
+    return (int)(m >> IDX_ST_SHIFT & 0xff);
+}
+
+static int idx_expiry(uint64_t m, int64_t now_ms, int64_t filter_now_ms)
+{
+    int64_t e = (int64_t)(m & IDX_EXP_MASK);
+    if (e == 0)
+        return now_ms > 0 ? IDX_EXPIRED : IDX_UNSURE;
+    if (e == (int64_t)IDX_EXP_MASK)
+        return now_ms <= e && filter_now_ms <= e ? IDX_LIVE : IDX_UNSURE;
+    if (record_expired(e, now_ms))
+        return IDX_EXPIRED;
+    /* live at now_ms, but the filter may have dropped it already */
+    return record_expired(e, filter_now_ms) ? IDX_UNSURE : IDX_LIVE;
+}
+
+static struct idx_seg *idx_seg_of(struct store *s, const struct idx_key *k)
+{
+    return &s->idx[k->k0 >> IDX_SEG_SHIFT];
+}
+
+static pthread_mutex_t *key_stripe(struct store *s, const struct idx_key *k)
+{
+    return &s->stripes[k->k0 % STORE_STRIPES];
+}
+
+static bool idx_complete(struct store *s)
+{
+    return atomic_load(&s->idx_done) && !atomic_load(&s->idx_lossy)
+           && !atomic_load(&s->idx_off);
+}
+
+/* k's slot, or the empty slot where it would go.  Caller holds g->lock. */
+static struct idx_slot *seg_probe(const struct idx_seg *g,
+                                  const struct idx_key *k)
+{
+    uint64_t i = (uint64_t)(((unsigned __int128)k->k1 * g->cap) >> 64);
+    for (;;) {
+        struct idx_slot *sl = &g->slots[i];
+        if ((sl->k0 == k->k0 && sl->k1 == k->k1) || (sl->k0 | sl->k1) == 0)
+            return sl;
+        if (++i == g->cap)
+            i = 0;
+    }
+}
+
+static void idx_raise_horizon(struct store *s, int64_t t)
+{
+    int64_t cur = atomic_load(&s->idx_horizon_ms);
+    while (cur < t
+           && !atomic_compare_exchange_weak(&s->idx_horizon_ms, &cur, t))
+        ;
+}
+
+/*
+ * Rehash segment g into ncap slots; unless purge_now_ms is INT64_MIN, drop
+ * tombstones and entries expired at purge_now_ms.  Caller holds the write
+ * lock.  Returns false when out of memory (g unchanged).
+ */
+static bool seg_rehash(struct store *s, struct idx_seg *g, uint64_t ncap,
+                       int64_t purge_now_ms)
+{
+    struct idx_slot *ns = calloc(ncap, sizeof(*ns));
+    if (!ns)
+        return false;
+    struct idx_seg tmp = {.slots = ns, .cap = ncap};
+    bool expired_dropped = false;
+    for (uint64_t i = 0; i < g->cap; i++) {
+        const struct idx_slot *sl = &g->slots[i];
+        if ((sl->k0 | sl->k1) == 0)
+            continue;
+        if (purge_now_ms != INT64_MIN) {
+            int64_t e = (int64_t)(sl->m & IDX_EXP_MASK);
+            if (idx_state(sl->m) == IDX_ST_ABSENT)
+                continue;
+            if (e != (int64_t)IDX_EXP_MASK && record_expired(e, purge_now_ms)) {
+                expired_dropped = true;
+                continue;
+            }
+        }
+        struct idx_key k = {sl->k0, sl->k1};
+        *seg_probe(&tmp, &k) = *sl;
+        tmp.used++;
+    }
+    free(g->slots);
+    g->slots = ns;
+    g->cap = ncap;
+    g->used = tmp.used;
+    g->fails = 0;
+    if (expired_dropped)
+        idx_raise_horizon(s, purge_now_ms);
+    return true;
+}
+
+/* Make room for one more entry.  0: room; 1: full at the bound; -1: NOMEM. */
+static int seg_make_room(struct store *s, struct idx_seg *g, int64_t now_ms,
+                         enum idx_put_mode mode)
+{
+    /* purging during the rebuild could let its snapshot resurrect entries */
+    bool purge = mode != IDX_REBUILD && atomic_load(&s->idx_done);
+    uint64_t ncap = g->cap + g->cap / 2;
+    if (ncap > g->max_cap)
+        ncap = g->max_cap;
+    if (ncap <= g->cap) {
+        /* at the bound: purge, but not again on every refused insert */
+        if (!purge || g->fails++ % (g->cap / 16 + 1) != 0)
+            return 1;
+    }
+    if (!seg_rehash(s, g, ncap, purge ? now_ms : INT64_MIN))
+        return -1;
+    if ((g->used + 1) * IDX_LOAD_DEN > g->cap * IDX_LOAD_NUM)
+        return 1;
+    return 0;
+}
+
+/*
+ * Enter k's state.  IDX_UPSERT: the caller committed the record and holds the
+ * op's stripe; IDX_FILL: the caller read it under the op's stripe; IDX_REBUILD:
+ * the rebuild thread's snapshot.
+ */
+static void idx_put_locked(struct store *s, struct idx_seg *g,
+                           const struct idx_key *k, uint64_t h, uint64_t m,
+                           int64_t now_ms, enum idx_put_mode mode)
+{
+    struct idx_slot *sl = seg_probe(g, k);
+    if ((sl->k0 | sl->k1) != 0) {
+        if (mode == IDX_UPSERT) {
+            sl->h = h;
+            sl->m = m;
+        }
+        return;
+    }
+    if ((g->used + 1) * IDX_LOAD_DEN > g->cap * IDX_LOAD_NUM) {
+        int r = seg_make_room(s, g, now_ms, mode);
+        if (r != 0) {
+            if (mode == IDX_FILL)
+                return; /* only a cache fill: nothing lost */
+            if (r < 0)
+                atomic_store(&s->idx_off, true);
+            else
+                atomic_store(&s->idx_lossy, true);
+            return;
+        }
+        sl = seg_probe(g, k);
+    }
+    sl->k0 = k->k0;
+    sl->k1 = k->k1;
+    sl->h = h;
+    sl->m = m;
+    g->used++;
+}
+
+static void idx_put(struct store *s, const struct idx_key *k, uint64_t h,
+                    uint64_t m, int64_t now_ms, enum idx_put_mode mode)
+{
+    if (atomic_load_explicit(&s->idx_off, memory_order_relaxed))
+        return;
+    struct idx_seg *g = idx_seg_of(s, k);
+    pthread_rwlock_wrlock(&g->lock);
+    idx_put_locked(s, g, k, h, m, now_ms, mode);
+    pthread_rwlock_unlock(&g->lock);
+}
+
+/* Prefetch k's home slot (batches: overlap the cache misses of a segment's
+ * keys).  Caller holds g->lock. */
+static void seg_prefetch(const struct idx_seg *g, const struct idx_key *k)
+{
+    uint64_t i = (uint64_t)(((unsigned __int128)k->k1 * g->cap) >> 64);
+    __builtin_prefetch(&g->slots[i]);
+}
+
+/* Enter an op record. */
+static void idx_put_op(struct store *s, const struct idx_key *k,
+                       const struct store_op *op, int64_t now_ms,
+                       enum idx_put_mode mode)
+{
+    idx_put(s, k, idx_hdigest(s, op->request_hash, strlen(op->request_hash)),
+            idx_meta(op->expires_at_ms, op->state, op->outbox_state), now_ms,
+            mode);
+}
+
+/* store_forget removed the op: mark it absent.  Caller holds the stripe. */
+static void idx_forget(struct store *s, const struct idx_key *k,
+                       int64_t now_ms)
+{
+    if (atomic_load(&s->idx_off))
+        return;
+    struct idx_seg *g = idx_seg_of(s, k);
+    pthread_rwlock_wrlock(&g->lock);
+    struct idx_slot *sl = seg_probe(g, k);
+    bool present = (sl->k0 | sl->k1) != 0;
+    if (present)
+        sl->m = idx_meta(0, (enum store_op_state)IDX_ST_ABSENT,
+                         STORE_OUTBOX_NONE);
+    pthread_rwlock_unlock(&g->lock);
+    /* while the rebuild runs, a tombstone keeps its snapshot out */
+    if (!present && !atomic_load(&s->idx_done))
+        idx_put(s, k, 0, idx_meta(0, (enum store_op_state)IDX_ST_ABSENT,
+                                  STORE_OUTBOX_NONE),
+                now_ms, IDX_UPSERT);
+}
+
+/* Caller holds g->lock (either mode). */
+static enum idx_verdict idx_judge_locked(struct store *s,
+                                         const struct idx_seg *g,
+                                         const struct idx_key *k,
+                                         int64_t now_ms, int64_t filter_now_ms,
+                                         struct idx_slot *out)
+{
+    const struct idx_slot *sl = seg_probe(g, k);
+    if ((sl->k0 | sl->k1) == 0)
+        return idx_complete(s) && now_ms >= atomic_load(&s->idx_horizon_ms)
+                   ? IV_ABSENT
+                   : IV_UNKNOWN;
+    int st = idx_state(sl->m);
+    if (st == IDX_ST_ABSENT)
+        return IV_ABSENT;
+    switch (idx_expiry(sl->m, now_ms, filter_now_ms)) {
+    case IDX_EXPIRED:
+        return IV_ABSENT;
+    case IDX_UNSURE:
+        return IV_UNKNOWN;
+    }
+    if (st == STORE_OP_COMPLETE || st == STORE_OP_FAILED) {
+        *out = *sl;
+        return IV_FINISHED;
+    }
+    return IV_UNKNOWN; /* running or retryable: RocksDB has the lease */
+}
+
+/* What the index knows of k at now_ms; counts a hit or a miss. */
+static enum idx_verdict idx_judge(struct store *s, const struct idx_key *k,
+                                  int64_t now_ms, int64_t filter_now_ms,
+                                  struct idx_slot *out)
+{
+    if (atomic_load_explicit(&s->idx_off, memory_order_relaxed))
+        return IV_UNKNOWN;
+    struct idx_seg *g = idx_seg_of(s, k);
+    pthread_rwlock_rdlock(&g->lock);
+    enum idx_verdict v = idx_judge_locked(s, g, k, now_ms, filter_now_ms,
+                                          out);
+    pthread_rwlock_unlock(&g->lock);
+    return v;
+}
+
+static void idx_count(struct store *s, const struct idx_key *k, bool hit)
+{
+    struct idx_seg *g = idx_seg_of(s, k);
+    atomic_fetch_add_explicit(hit ? &g->hits : &g->misses, 1,
+                              memory_order_relaxed);
+}
+
+/* Partial op of an op the index decided was a finished duplicate. */
+static void op_from_index(const struct idx_slot *sl, const char *request_hash,
+                          struct store_op *op)
+{
+    memset(op, 0, sizeof(*op));
+    op->state = (enum store_op_state)idx_state(sl->m);
+    op->outbox_state = (enum store_outbox_state)(sl->m >> IDX_OB_SHIFT & 0xf);
+    op->expires_at_ms = (int64_t)(sl->m & IDX_EXP_MASK);
+    snprintf(op->request_hash, sizeof(op->request_hash), "%s", request_hash);
+}
+
+/* @locality the index rebuild thread, started by store_open. */
+static void *idx_rebuild_main(void *arg)
+{
+    struct store *s = arg;
+    int64_t t0 = wall_ms();
+    int64_t w = store_clock_ms(s);
+    uint64_t n = 0, skipped = 0, bad = 0;
+    char op_id[STORE_KEY_MAX + 1];
+    char *rerr = NULL;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_readoptions_set_readahead_size(ro, (size_t)2 << 20);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ro,
+                                                        s->cf[CF_OPS]);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        if ((n & 1023) == 0 && atomic_load(&s->idx_stop))
+            break;
+        size_t klen = 0, vlen = 0;
+        const char *k = rocksdb_iter_key(it, &klen);
+        const char *v = rocksdb_iter_value(it, &vlen);
+        struct store_op op;
+        if (klen == 0 || klen > STORE_KEY_MAX) {
+            bad++;
+            continue;
+        }
+        memcpy(op_id, k, klen);
+        op_id[klen] = '\0';
+        if (op_decode(v, vlen, op_id, &op, NULL, 0) != DD_OK) {
+            bad++; /* claims of it must read it and fail */
+            continue;
+        }
+        if (record_expired(op.expires_at_ms, w)) {
+            skipped++;
+            continue;
+        }
+        struct idx_key ik;
+        idx_digest(s, op_id, klen, &ik);
+        idx_put_op(s, &ik, &op, w, IDX_REBUILD);
+        n++;
+    }
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    bool stopped = atomic_load(&s->idx_stop);
+    if (rerr || bad || stopped)
+        atomic_store(&s->idx_lossy, true);
+    if (skipped)
+        idx_raise_horizon(s, w);
+    atomic_store(&s->idx_done, true);
+    /* the estimate counted overwritten versions too: give back what the
+     * segments do not need (load below 1/2 -> 2/3) */
+    for (int i = 0; i < IDX_SEGS && !stopped; i++) {
+        struct idx_seg *g = &s->idx[i];
+        pthread_rwlock_wrlock(&g->lock);
+        uint64_t want = g->used * 3 / 2 + IDX_MIN_SLOTS;
+        if (g->used * 2 < g->cap && want < g->cap)
+            seg_rehash(s, g, want, INT64_MIN); /* may fail: keeps g */
+        pthread_rwlock_unlock(&g->lock);
+    }
+    if (rerr) {
+        log_msg(LOG_ERR, "STORE", "index rebuild of %s: rocksdb_iter(ops): %s",
+                s->path, rerr);
+        rocksdb_free(rerr);
+    }
+    if (!stopped)
+        log_msg(LOG_INFO, "STORE",
+                "index rebuilt in %lld ms: %llu ops, %llu expired skipped, "
+                "%llu unreadable; %s",
+                (long long)(wall_ms() - t0), (unsigned long long)n,
+                (unsigned long long)skipped, (unsigned long long)bad,
+                idx_complete(s) ? "complete" : "a cache only (lossy)");
+    return NULL;
+}
+
+static uint64_t ops_estimate(struct store *s)
+{
+    char *v = rocksdb_property_value_cf(s->db, s->cf[CF_OPS],
+                                        "rocksdb.estimate-num-keys");
+    uint64_t n = v ? strtoull(v, NULL, 10) : 0;
+    free(v);
+    return n;
+}
+
+static void random_key(unsigned char k[16])
+{
+    size_t got = 0;
+    while (got < 16) {
+        ssize_t r = getrandom(k + got, 16 - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got < 16) {
+        /* no entropy source: still a fine hash, only not secret */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t a = (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)k;
+        uint64_t b = (uint64_t)ts.tv_sec * UINT64_C(0x9e3779b97f4a7c15);
+        put_le64(k, a);
+        put_le64(k + 8, b);
+    }
+}
+
+/* Allocate the segments (sized for the ops already stored) and start the
+ * rebuild thread. */
+static dd_err_t idx_open(struct store *s, size_t max_bytes, char *errstr,
+                         size_t errstr_size)
+{
+    random_key(s->sip_key);
+    random_key(s->sip_hkey);
+    s->idx = calloc(IDX_SEGS, sizeof(*s->idx));
+    if (!s->idx)
+        goto nomem;
+    uint64_t max_cap = max_bytes / sizeof(struct idx_slot) / IDX_SEGS;
+    if (max_cap < IDX_MIN_SLOTS)
+        max_cap = IDX_MIN_SLOTS;
+    /* room for the stored ops (an estimate that counts overwritten versions
+     * too) at load 4/5, so that the rebuild rarely rehashes */
+    uint64_t cap = ops_estimate(s) * 5 / 4 / IDX_SEGS + 64;
+    if (cap > max_cap)
+        cap = max_cap;
+    for (; s->idx_segs_init < IDX_SEGS; s->idx_segs_init++) {
+        struct idx_seg *g = &s->idx[s->idx_segs_init];
+        g->slots = calloc(cap, sizeof(*g->slots));
+        if (!g->slots)
+            goto nomem;
+        g->cap = cap;
+        g->max_cap = max_cap;
+        pthread_rwlock_init(&g->lock, NULL);
+    }
+    if (pthread_create(&s->idx_thread, NULL, idx_rebuild_main, s) != 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open(%s): cannot start the index rebuild thread",
+                      s->path);
+        return DD_ERR_FATAL;
+    }
+    s->idx_thread_started = true;
+    return DD_OK;
+nomem:
+    dd_errstr_set(errstr, errstr_size,
+                  "store_open(%s): out of memory for the hot index", s->path);
+    return DD_ERR_NOMEM;
+}
+
+/*
+ * A write of ops failed.  RocksDB may still have applied it (an error after
+ * the WAL write), so no entry can be trusted any more: off until reopen.
+ */
+static void idx_write_failed(struct store *s)
+{
+    if (!atomic_exchange(&s->idx_off, true))
+        log_msg(LOG_WARNING, "STORE",
+                "hot index of %s off until reopen after a failed write",
+                s->path);
+}
+
+static void idx_close(struct store *s)
+{
+    if (s->idx_thread_started) {
+        atomic_store(&s->idx_stop, true);
+        pthread_join(s->idx_thread, NULL);
+        s->idx_thread_started = false;
+    }
+    if (!s->idx)
+        return;
+    for (int i = 0; i < IDX_SEGS; i++) {
+        free(s->idx[i].slots);
+        if (i < s->idx_segs_init)
+            pthread_rwlock_destroy(&s->idx[i].lock);
+    }
+    free(s->idx);
+    s->idx = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
 /* reads and writes                                                        */
 
 /*
@@ -496,9 +1176,11 @@ static dd_err_t op_write(struct store *s, const char *op_id,
     char *rerr = NULL;
     rocksdb_put_cf(s->db, s->wopts, s->cf[CF_OPS], op_id, strlen(op_id),
                    (const char *)buf, len, &rerr);
-    if (rerr)
+    if (rerr) {
+        idx_write_failed(s);
         return rdb_fail(rerr, "rocksdb_put_cf(ops)", op_id, errstr,
                         errstr_size);
+    }
     return DD_OK;
 }
 
@@ -630,7 +1312,8 @@ static void set_options(struct store *s, const struct store_conf *conf)
 
 static bool is_ttl_cf(int i)
 {
-    return i == CF_OPS || i == CF_CONFLICTS || i == CF_SEEN;
+    return i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS
+           || i == CF_SEEN;
 }
 
 /* Open with our CFs plus any a newer layout added (so its meta is readable). */
@@ -889,6 +1572,11 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
     err = init_outbox(s, errstr, errstr_size);
     if (err)
         goto out;
+    err = idx_open(s, conf->index_max_bytes ? conf->index_max_bytes
+                                            : STORE_DEF_INDEX_BYTES,
+                   errstr, errstr_size);
+    if (err)
+        goto out;
     log_msg(LOG_INFO, "STORE",
             "opened %s as %s: %llu pending outbox entries, next seq %llu",
             s->path, s->owner, (unsigned long long)atomic_load(&s->pending),
@@ -906,6 +1594,7 @@ void store_close(struct store *s)
 {
     if (!s)
         return;
+    idx_close(s); /* stops the rebuild thread, which reads the DB */
     /* column-family handles go before rocksdb_close (DESIGN.md 10) */
     for (int i = 0; i < CF_N; i++)
         if (s->cf[i])
@@ -959,9 +1648,87 @@ static dd_err_t check_op_id(const char *fn, const char *op_id, char *errstr,
     return DD_OK;
 }
 
-static pthread_mutex_t *stripe(struct store *s, const char *op_id)
+/* The op's stripe; k gets the op's index key. */
+static pthread_mutex_t *stripe(struct store *s, const char *op_id,
+                               struct idx_key *k)
 {
-    return &s->stripes[stripe_of(op_id, strlen(op_id))];
+    idx_digest(s, op_id, strlen(op_id), k);
+    return key_stripe(s, k);
+}
+
+/*
+ * One claim applied to the op's current record (*cur, live when found), as
+ * DESIGN.md section 4 orders it.  *dirty: the record changed and must be
+ * written.  Shared by store_claim and store_claim_batch.
+ */
+static enum store_claim_result claim_apply(struct store *s,
+                                           struct store_op *cur, bool found,
+                                           const char *request_hash,
+                                           size_t hlen, const char *event_key,
+                                           size_t elen, const char *source,
+                                           int64_t now_ms, bool *dirty)
+{
+    *dirty = false;
+    if (!found) {
+        /* absent or expired: a new op (an expired record is overwritten) */
+        memset(cur, 0, sizeof(*cur));
+        cur->state = STORE_OP_RUNNING;
+        cur->outbox_state = STORE_OUTBOX_NONE;
+        cur->generation = 1;
+        cur->lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
+        cur->created_at_ms = now_ms;
+        cur->updated_at_ms = now_ms;
+        /* a running record expires too, or a crash would leak it */
+        cur->expires_at_ms = add_ms(now_ms, s->ops_ttl_ms);
+        memcpy(cur->request_hash, request_hash, hlen + 1);
+        memcpy(cur->event_key, event_key, elen + 1);
+        snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
+        snprintf(cur->source, sizeof(cur->source), "%s", source);
+        *dirty = true;
+        return STORE_CLAIM_NEW;
+    }
+    if (strcmp(cur->request_hash, request_hash) != 0)
+        return STORE_CLAIM_CONFLICT; /* record untouched */
+    if (cur->state == STORE_OP_COMPLETE || cur->state == STORE_OP_FAILED)
+        return STORE_CLAIM_DUPLICATE;
+    if (strcmp(cur->lease_owner, s->owner) == 0)
+        return STORE_CLAIM_DUPLICATE; /* in flight here */
+    if (record_expired(cur->lease_expires_at_ms, now_ms)
+        || strncmp(cur->lease_owner, s->owner_prefix,
+                   strlen(s->owner_prefix))
+               == 0) {
+        /* expired lease, or a lease of a previous run of this instance */
+        cur->state = STORE_OP_RUNNING;
+        cur->generation++;
+        snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
+        cur->lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
+        cur->updated_at_ms = now_ms;
+        cur->expires_at_ms = add_ms(now_ms, s->ops_ttl_ms);
+        *dirty = true;
+        return STORE_CLAIM_RECLAIMED;
+    }
+    return STORE_CLAIM_DUPLICATE; /* in flight elsewhere */
+}
+
+static dd_err_t check_claim_args(const char *fn, const char *op_id,
+                                 const char *request_hash,
+                                 const char *event_key, size_t *hlen,
+                                 size_t *elen, char *errstr,
+                                 size_t errstr_size)
+{
+    dd_err_t err = check_op_id(fn, op_id, errstr, errstr_size);
+    if (err)
+        return err;
+    *hlen = strlen(request_hash);
+    *elen = strlen(event_key);
+    if (*hlen == 0 || *hlen > STORE_HASH_LEN || *elen > STORE_HASH_LEN) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s(%.64s): request_hash of %zu bytes or "
+                      "event_key of %zu bytes (at most %d)",
+                      fn, op_id, *hlen, *elen, STORE_HASH_LEN);
+        return DD_ERR_INVAL;
+    }
+    return DD_OK;
 }
 
 dd_err_t store_claim(struct store *s, const char *op_id,
@@ -970,69 +1737,43 @@ dd_err_t store_claim(struct store *s, const char *op_id,
                      enum store_claim_result *result, struct store_op *op,
                      char *errstr, size_t errstr_size)
 {
-    dd_err_t err = check_op_id("store_claim", op_id, errstr, errstr_size);
+    size_t hlen = 0, elen = 0;
+    dd_err_t err = check_claim_args("store_claim", op_id, request_hash,
+                                    event_key, &hlen, &elen, errstr,
+                                    errstr_size);
     if (err)
         return err;
-    size_t hlen = strlen(request_hash), elen = strlen(event_key);
-    if (hlen == 0 || hlen > STORE_HASH_LEN || elen > STORE_HASH_LEN) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store_claim(%.64s): request_hash of %zu bytes or "
-                      "event_key of %zu bytes (at most %d)",
-                      op_id, hlen, elen, STORE_HASH_LEN);
-        return DD_ERR_INVAL;
-    }
 
-    pthread_mutex_t *mu = stripe(s, op_id);
+    perf_off();
+    struct idx_key k;
+    idx_digest(s, op_id, strlen(op_id), &k);
+    pthread_mutex_t *mu = key_stripe(s, &k);
     pthread_mutex_lock(mu);
     struct store_op cur;
     bool found = false;
     memset(&cur, 0, sizeof(cur));
-    err = op_read(s, op_id, now_ms, false, &cur, &found, errstr, errstr_size);
-    if (err)
-        goto out;
-
-    if (!found) {
-        /* absent or expired: a new op (an expired record is overwritten) */
-        memset(&cur, 0, sizeof(cur));
-        cur.state = STORE_OP_RUNNING;
-        cur.outbox_state = STORE_OUTBOX_NONE;
-        cur.generation = 1;
-        cur.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
-        cur.created_at_ms = now_ms;
-        cur.updated_at_ms = now_ms;
-        /* a running record expires too, or a crash would leak it */
-        cur.expires_at_ms = add_ms(now_ms, s->ops_ttl_ms);
-        memcpy(cur.request_hash, request_hash, hlen + 1);
-        memcpy(cur.event_key, event_key, elen + 1);
-        snprintf(cur.lease_owner, sizeof(cur.lease_owner), "%s", s->owner);
-        snprintf(cur.source, sizeof(cur.source), "%s", source);
+    /* the index proves absence without a read; a present op is read, since
+     * the answer carries the whole record */
+    struct idx_slot sl;
+    bool absent = idx_judge(s, &k, now_ms, store_clock_ms(s), &sl)
+                  == IV_ABSENT;
+    idx_count(s, &k, absent);
+    if (!absent) {
+        err = op_read(s, op_id, now_ms, false, &cur, &found, errstr,
+                      errstr_size);
+        if (err)
+            goto out;
+        if (found)
+            idx_put_op(s, &k, &cur, now_ms, IDX_FILL);
+    }
+    bool dirty = false;
+    *result = claim_apply(s, &cur, found, request_hash, hlen, event_key, elen,
+                          source, now_ms, &dirty);
+    if (dirty) {
         err = op_write(s, op_id, &cur, errstr, errstr_size);
         if (err)
             goto out;
-        *result = STORE_CLAIM_NEW;
-    } else if (strcmp(cur.request_hash, request_hash) != 0) {
-        *result = STORE_CLAIM_CONFLICT; /* record untouched */
-    } else if (cur.state == STORE_OP_COMPLETE || cur.state == STORE_OP_FAILED) {
-        *result = STORE_CLAIM_DUPLICATE;
-    } else if (strcmp(cur.lease_owner, s->owner) == 0) {
-        *result = STORE_CLAIM_DUPLICATE; /* in flight here */
-    } else if (record_expired(cur.lease_expires_at_ms, now_ms)
-               || strncmp(cur.lease_owner, s->owner_prefix,
-                          strlen(s->owner_prefix))
-                      == 0) {
-        /* expired lease, or a lease of a previous run of this instance */
-        cur.state = STORE_OP_RUNNING;
-        cur.generation++;
-        snprintf(cur.lease_owner, sizeof(cur.lease_owner), "%s", s->owner);
-        cur.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
-        cur.updated_at_ms = now_ms;
-        cur.expires_at_ms = add_ms(now_ms, s->ops_ttl_ms);
-        err = op_write(s, op_id, &cur, errstr, errstr_size);
-        if (err)
-            goto out;
-        *result = STORE_CLAIM_RECLAIMED;
-    } else {
-        *result = STORE_CLAIM_DUPLICATE; /* in flight elsewhere */
+        idx_put_op(s, &k, &cur, now_ms, IDX_UPSERT);
     }
     *op = cur;
 out:
@@ -1095,7 +1836,8 @@ dd_err_t store_lease_renew(struct store *s, const char *op_id,
                                errstr_size);
     if (err)
         return err;
-    pthread_mutex_t *mu = stripe(s, op_id);
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
     struct store_op op;
     err = fence(s, "store_lease_renew", op_id, generation, now_ms, &op, errstr,
@@ -1108,6 +1850,8 @@ dd_err_t store_lease_renew(struct store *s, const char *op_id,
     if (op.expires_at_ms < op.lease_expires_at_ms)
         op.expires_at_ms = op.lease_expires_at_ms;
     err = op_write(s, op_id, &op, errstr, errstr_size);
+    if (!err)
+        idx_put_op(s, &k, &op, now_ms, IDX_UPSERT);
 out:
     pthread_mutex_unlock(mu);
     return err;
@@ -1140,7 +1884,8 @@ dd_err_t store_complete(struct store *s, const char *op_id,
         return DD_ERR_INVAL;
     }
 
-    pthread_mutex_t *mu = stripe(s, op_id);
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
     unsigned char *obuf = NULL;
     rocksdb_writebatch_t *batch = NULL;
     pthread_mutex_lock(mu);
@@ -1198,8 +1943,10 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     if (rerr) {
         err = rdb_fail(rerr, "rocksdb_write(ops+outbox)", op_id, errstr,
                        errstr_size);
+        idx_write_failed(s);
         goto out;
     }
+    idx_put_op(s, &k, &op, now_ms, IDX_UPSERT);
     atomic_fetch_add(&s->pending, 1);
     *seq = n;
 out:
@@ -1261,7 +2008,8 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     char *rerr = NULL;
     char *val = NULL;
     rocksdb_writebatch_t *batch = NULL;
-    pthread_mutex_t *mu = stripe(s, op_id);
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
 
     size_t vlen = 0;
@@ -1317,8 +2065,11 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     if (rerr) {
         err = rdb_fail(rerr, "rocksdb_write(outbox ack)", op_id, errstr,
                        errstr_size);
+        idx_write_failed(s);
         goto out;
     }
+    if (mark)
+        idx_put_op(s, &k, &op, store_clock_ms(s), IDX_UPSERT);
     if (existed)
         atomic_fetch_sub(&s->pending, 1);
 out:
@@ -1384,6 +2135,613 @@ uint64_t store_outbox_pending(struct store *s)
 }
 
 /* ---------------------------------------------------------------------- */
+/* batched claims, the fast path, index counters                           */
+
+#define BATCH_NONE UINT32_MAX
+
+/* One distinct op_id of a batch. */
+struct batch_key {
+    struct idx_key k;
+    struct idx_slot sl; /* the index entry when from_index */
+    uint32_t first;     /* first request; its op holds the stored record */
+    uint32_t tail;      /* last request so far (chaining) */
+    uint32_t cur;       /* request whose op is the current record */
+    dd_err_t err;
+    uint8_t verdict;    /* enum idx_verdict */
+    bool found;         /* a live record existed before the batch */
+    bool from_index;    /* a finished duplicate the index answered */
+    bool dirty;         /* to write */
+};
+
+struct batch_read {
+    const char *id;
+    size_t len;
+    uint32_t u;
+};
+
+static int batch_read_cmp(const void *a, const void *b)
+{
+    /* RocksDB's bytewise comparator: sorted_input must agree with it */
+    const struct batch_read *x = a, *y = b;
+    size_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->id, y->id, n);
+    if (c)
+        return c;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* order[]: the distinct op_ids grouped by index segment; segment g's are
+ * order[start[g] .. start[g + 1]). */
+static void batch_by_segment(const struct batch_key *u, size_t nu,
+                             uint32_t *order, uint32_t start[IDX_SEGS + 1])
+{
+    uint32_t pos[IDX_SEGS] = {0};
+    for (size_t j = 0; j < nu; j++)
+        pos[u[j].k.k0 >> IDX_SEG_SHIFT]++;
+    start[0] = 0;
+    for (int g = 0; g < IDX_SEGS; g++) {
+        start[g + 1] = start[g] + pos[g];
+        pos[g] = start[g];
+    }
+    for (size_t j = 0; j < nu; j++)
+        order[pos[u[j].k.k0 >> IDX_SEG_SHIFT]++] = (uint32_t)j;
+}
+
+/* The index's verdict on every distinct op_id, one segment lock each. */
+static void batch_judge(struct store *s, struct batch_key *u,
+                        const uint32_t *order,
+                        const uint32_t start[IDX_SEGS + 1], int64_t now_ms)
+{
+    int64_t filter_now = store_clock_ms(s);
+    bool off = atomic_load(&s->idx_off);
+    for (int gi = 0; gi < IDX_SEGS; gi++) {
+        if (start[gi] == start[gi + 1])
+            continue;
+        struct idx_seg *g = &s->idx[gi];
+        if (off) {
+            for (uint32_t x = start[gi]; x < start[gi + 1]; x++)
+                u[order[x]].verdict = IV_UNKNOWN;
+            continue;
+        }
+        pthread_rwlock_rdlock(&g->lock);
+        for (uint32_t x = start[gi]; x < start[gi + 1]; x++)
+            seg_prefetch(g, &u[order[x]].k);
+        for (uint32_t x = start[gi]; x < start[gi + 1]; x++) {
+            struct batch_key *b = &u[order[x]];
+            b->verdict = (uint8_t)idx_judge_locked(s, g, &b->k, now_ms,
+                                                   filter_now, &b->sl);
+        }
+        pthread_rwlock_unlock(&g->lock);
+    }
+}
+
+/* Enter the written ops, one segment lock each.  Caller holds the stripes. */
+static void batch_index_written(struct store *s,
+                                const struct store_claim_req *reqs,
+                                const struct batch_key *u,
+                                const uint32_t *order,
+                                const uint32_t start[IDX_SEGS + 1],
+                                int64_t now_ms)
+{
+    if (atomic_load(&s->idx_off))
+        return;
+    for (int gi = 0; gi < IDX_SEGS; gi++) {
+        if (start[gi] == start[gi + 1])
+            continue;
+        struct idx_seg *g = &s->idx[gi];
+        pthread_rwlock_wrlock(&g->lock);
+        for (uint32_t x = start[gi]; x < start[gi + 1]; x++)
+            if (u[order[x]].dirty)
+                seg_prefetch(g, &u[order[x]].k);
+        for (uint32_t x = start[gi]; x < start[gi + 1]; x++) {
+            const struct batch_key *b = &u[order[x]];
+            if (!b->dirty)
+                continue;
+            const struct store_op *op = &reqs[b->cur].op;
+            idx_put_locked(s, g, &b->k,
+                           idx_hdigest(s, op->request_hash,
+                                       strlen(op->request_hash)),
+                           idx_meta(op->expires_at_ms, op->state,
+                                    op->outbox_state),
+                           now_ms, IDX_UPSERT);
+        }
+        pthread_rwlock_unlock(&g->lock);
+    }
+}
+
+static void batch_err(char *errstr, size_t errstr_size, bool *set,
+                      const char *text)
+{
+    if (!*set && errstr && errstr_size)
+        snprintf(errstr, errstr_size, "%s", text);
+    *set = true;
+}
+
+/* Read the ops of rd[0..m) (sorted) with one batched MultiGet. */
+static void batch_read_ops(struct store *s, struct store_claim_req *reqs,
+                           struct batch_key *u, struct batch_read *rd,
+                           size_t m, int64_t now_ms, char *errstr,
+                           size_t errstr_size, bool *errset)
+{
+    const char **keys = malloc(m * sizeof(*keys));
+    size_t *sizes = malloc(m * sizeof(*sizes));
+    rocksdb_pinnableslice_t **vals = calloc(m, sizeof(*vals));
+    char **errs = calloc(m, sizeof(*errs));
+    char text[DD_ERRSTR_SIZE];
+    if (!keys || !sizes || !vals || !errs) {
+        for (size_t j = 0; j < m; j++)
+            u[rd[j].u].err = DD_ERR_NOMEM;
+        batch_err(errstr, errstr_size, errset,
+                  "store_claim_batch: out of memory");
+        goto out;
+    }
+    for (size_t j = 0; j < m; j++) {
+        keys[j] = rd[j].id;
+        sizes[j] = rd[j].len;
+    }
+    rocksdb_batched_multi_get_cf(s->db, s->ropts, s->cf[CF_OPS], m, keys,
+                                 sizes, vals, errs, true);
+    for (size_t j = 0; j < m; j++) {
+        struct batch_key *b = &u[rd[j].u];
+        const char *op_id = reqs[b->first].op_id;
+        if (errs[j]) {
+            snprintf(text, sizeof(text),
+                     "rocksdb_batched_multi_get_cf(ops)(%.200s): %s", op_id,
+                     errs[j]);
+            batch_err(errstr, errstr_size, errset, text);
+            rocksdb_free(errs[j]);
+            b->err = DD_ERR_IO;
+            continue;
+        }
+        if (!vals[j])
+            continue; /* absent */
+        size_t vlen = 0;
+        const char *v = rocksdb_pinnableslice_value(vals[j], &vlen);
+        struct store_op *op = &reqs[b->first].op;
+        memset(op, 0, sizeof(*op));
+        dd_err_t err = op_decode(v, vlen, op_id, op, text, sizeof(text));
+        rocksdb_pinnableslice_destroy(vals[j]);
+        if (err) {
+            batch_err(errstr, errstr_size, errset, text);
+            b->err = err;
+            continue;
+        }
+        if (record_expired(op->expires_at_ms, now_ms))
+            continue;
+        b->found = true;
+        idx_put_op(s, &b->k, op, now_ms, IDX_FILL);
+    }
+out:
+    free(keys);
+    free(sizes);
+    free(vals);
+    free(errs);
+}
+
+dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
+                           size_t n, int64_t now_ms, char *errstr,
+                           size_t errstr_size)
+{
+    dd_err_t err = DD_OK;
+    bool errset = false;
+    char text[DD_ERRSTR_SIZE];
+    if (n == 0)
+        return DD_OK;
+    if (n > UINT32_MAX / 4) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_claim_batch: %zu requests (at most %u)", n,
+                      UINT32_MAX / 4);
+        return DD_ERR_INVAL;
+    }
+    size_t tcap = 16;
+    while (tcap < 2 * n)
+        tcap *= 2;
+    uint32_t *next = malloc(n * sizeof(*next));
+    uint32_t *ukey = malloc(n * sizeof(*ukey));
+    uint32_t *table = malloc(tcap * sizeof(*table));
+    struct batch_key *u = malloc(n * sizeof(*u));
+    struct batch_read *rd = malloc(n * sizeof(*rd));
+    uint32_t *order = malloc(n * sizeof(*order));
+    uint32_t seg_start[IDX_SEGS + 1];
+    uint64_t locked[STORE_STRIPES / 64] = {0};
+    rocksdb_writebatch_t *wb = NULL;
+    perf_off();
+    if (!next || !ukey || !table || !u || !rd || !order) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_claim_batch: out of memory (%zu requests)", n);
+        err = DD_ERR_NOMEM;
+        goto out;
+    }
+    memset(table, 0xff, tcap * sizeof(*table));
+
+    /* validate, digest and deduplicate */
+    size_t nu = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct store_claim_req *r = &reqs[i];
+        size_t hl, el;
+        r->result = 0;
+        r->err = check_claim_args("store_claim_batch", r->op_id,
+                                  r->request_hash, r->event_key, &hl, &el,
+                                  text, sizeof(text));
+        ukey[i] = BATCH_NONE;
+        next[i] = BATCH_NONE;
+        if (r->err) {
+            batch_err(errstr, errstr_size, &errset, text);
+            continue;
+        }
+        struct idx_key k;
+        idx_digest(s, r->op_id, strlen(r->op_id), &k);
+        size_t pos = k.k1 & (tcap - 1);
+        for (;;) {
+            uint32_t x = table[pos];
+            if (x == BATCH_NONE) {
+                struct batch_key *b = &u[nu];
+                memset(b, 0, sizeof(*b));
+                b->k = k;
+                b->first = b->tail = b->cur = (uint32_t)i;
+                table[pos] = (uint32_t)nu;
+                ukey[i] = (uint32_t)nu++;
+                break;
+            }
+            if (u[x].k.k0 == k.k0 && u[x].k.k1 == k.k1
+                && strcmp(reqs[u[x].first].op_id, r->op_id) == 0) {
+                next[u[x].tail] = (uint32_t)i;
+                u[x].tail = (uint32_t)i;
+                ukey[i] = x;
+                break;
+            }
+            pos = (pos + 1) & (tcap - 1);
+        }
+    }
+
+    /* the ops' stripes, in ascending order (no deadlock with anyone) */
+    for (size_t j = 0; j < nu; j++) {
+        uint32_t st = (uint32_t)(u[j].k.k0 % STORE_STRIPES);
+        locked[st / 64] |= UINT64_C(1) << (st % 64);
+    }
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (locked[st / 64] >> (st % 64) & 1)
+            pthread_mutex_lock(&s->stripes[st]);
+
+    /* the index first; RocksDB for what it cannot decide */
+    batch_by_segment(u, nu, order, seg_start);
+    batch_judge(s, u, order, seg_start, now_ms);
+    uint64_t hits[IDX_SEGS] = {0}, misses[IDX_SEGS] = {0};
+    size_t m = 0;
+    for (size_t j = 0; j < nu; j++) {
+        struct batch_key *b = &u[j];
+        enum idx_verdict v = b->verdict;
+        if (v == IV_FINISHED) {
+            /* every request of the op must carry the same request_hash */
+            b->from_index = true;
+            for (uint32_t i = b->first; i != BATCH_NONE; i = next[i]) {
+                const char *h = reqs[i].request_hash;
+                if (idx_hdigest(s, h, strlen(h)) != b->sl.h) {
+                    b->from_index = false;
+                    break;
+                }
+            }
+        }
+        bool decided = v == IV_ABSENT || b->from_index;
+        if (decided)
+            hits[b->k.k0 >> IDX_SEG_SHIFT]++;
+        else
+            misses[b->k.k0 >> IDX_SEG_SHIFT]++;
+        if (!decided) {
+            const char *id = reqs[b->first].op_id;
+            rd[m++] = (struct batch_read){id, strlen(id), (uint32_t)j};
+        }
+    }
+    for (int g = 0; g < IDX_SEGS; g++) {
+        if (hits[g])
+            atomic_fetch_add_explicit(&s->idx[g].hits, hits[g],
+                                      memory_order_relaxed);
+        if (misses[g])
+            atomic_fetch_add_explicit(&s->idx[g].misses, misses[g],
+                                      memory_order_relaxed);
+    }
+    if (m) {
+        qsort(rd, m, sizeof(*rd), batch_read_cmp);
+        batch_read_ops(s, reqs, u, rd, m, now_ms, errstr, errstr_size,
+                       &errset);
+    }
+
+    /* the claims in array order, as store_claim would answer them */
+    size_t ndirty = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ukey[i] == BATCH_NONE)
+            continue;
+        struct batch_key *b = &u[ukey[i]];
+        struct store_claim_req *r = &reqs[i];
+        if (b->err) {
+            r->err = b->err;
+            continue;
+        }
+        if (b->from_index) {
+            r->result = STORE_CLAIM_DUPLICATE;
+            op_from_index(&b->sl, r->request_hash, &r->op);
+            continue;
+        }
+        bool found = b->found;
+        if (i != b->first) {
+            r->op = reqs[b->cur].op;
+            found = true; /* the first request left a live record */
+        }
+        bool dirty = false;
+        r->result = claim_apply(s, &r->op, found, r->request_hash,
+                                strlen(r->request_hash), r->event_key,
+                                strlen(r->event_key), r->source, now_ms,
+                                &dirty);
+        if (dirty && !b->dirty) {
+            b->dirty = true;
+            ndirty++;
+        }
+        b->cur = (uint32_t)i;
+    }
+
+    /* one WriteBatch, one WAL write (and sync, per store.sync) */
+    if (ndirty) {
+        unsigned char vbuf[STORE_OP_VALUE_MAX];
+        /* in key order: the memtable's skiplist inserts then reuse their
+         * search path (rd is free again: the reads are done) */
+        size_t w = 0;
+        for (size_t j = 0; j < nu; j++)
+            if (u[j].dirty) {
+                const char *id = reqs[u[j].first].op_id;
+                rd[w++] = (struct batch_read){id, strlen(id), (uint32_t)j};
+            }
+        qsort(rd, w, sizeof(*rd), batch_read_cmp);
+        wb = rocksdb_writebatch_create();
+        for (size_t x = 0; x < w; x++) {
+            size_t j = rd[x].u;
+            const struct store_claim_req *r = &reqs[u[j].cur];
+            size_t vlen = op_encode(&r->op, vbuf, sizeof(vbuf));
+            rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], r->op_id,
+                                      strlen(r->op_id), (const char *)vbuf,
+                                      vlen);
+        }
+        char *rerr = NULL;
+        rocksdb_write(s->db, s->wopts, wb, &rerr);
+        if (rerr) {
+            err = rdb_fail(rerr, "rocksdb_write(ops batch)",
+                           reqs[u[0].first].op_id, errstr, errstr_size);
+            idx_write_failed(s);
+            for (size_t i = 0; i < n; i++)
+                if (!reqs[i].err)
+                    reqs[i].err = DD_ERR_IO;
+            goto unlock;
+        }
+        batch_index_written(s, reqs, u, order, seg_start, now_ms);
+    }
+unlock:
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (locked[st / 64] >> (st % 64) & 1)
+            pthread_mutex_unlock(&s->stripes[st]);
+out:
+    if (wb)
+        rocksdb_writebatch_destroy(wb);
+    free(next);
+    free(ukey);
+    free(table);
+    free(u);
+    free(rd);
+    free(order);
+    return err;
+}
+
+bool store_index_duplicate(struct store *s, const char *op_id,
+                           size_t op_id_len, const char *request_hash,
+                           int64_t now_ms, enum store_op_state *state)
+{
+    if (op_id_len == 0 || op_id_len > STORE_KEY_MAX)
+        return false;
+    struct idx_key k;
+    struct idx_slot sl;
+    idx_digest(s, op_id, op_id_len, &k);
+    bool dup = idx_judge(s, &k, now_ms, store_clock_ms(s), &sl)
+                   == IV_FINISHED
+               && sl.h == idx_hdigest(s, request_hash, strlen(request_hash));
+    idx_count(s, &k, dup);
+    if (dup && state)
+        *state = (enum store_op_state)idx_state(sl.m);
+    return dup;
+}
+
+void store_index_stats_get(struct store *s, struct store_index_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    for (int i = 0; i < IDX_SEGS; i++) {
+        struct idx_seg *g = &s->idx[i];
+        pthread_rwlock_rdlock(&g->lock);
+        st->entries += g->used;
+        st->capacity += g->cap;
+        pthread_rwlock_unlock(&g->lock);
+        st->hits += atomic_load_explicit(&g->hits, memory_order_relaxed);
+        st->misses += atomic_load_explicit(&g->misses, memory_order_relaxed);
+    }
+    st->bytes = st->capacity * sizeof(struct idx_slot)
+                + IDX_SEGS * sizeof(struct idx_seg);
+    st->complete = idx_complete(s);
+}
+
+/* ---------------------------------------------------------------------- */
+/* attempts                                                                */
+
+static size_t attempt_key(const char *op_id, size_t idlen, uint32_t number,
+                          char *buf)
+{
+    memcpy(buf, op_id, idlen);
+    buf[idlen] = '\n';
+    for (int i = 0; i < 4; i++)
+        buf[idlen + 1 + i] = (char)(unsigned char)(number >> (24 - 8 * i));
+    return idlen + 5;
+}
+
+/* A NUL-terminated string within its array of \p size bytes. */
+static bool bounded(const char *str, size_t size)
+{
+    return memchr(str, '\0', size) != NULL;
+}
+
+dd_err_t store_attempts_put(struct store *s, const char *op_id,
+                            const struct store_attempt *attempts, size_t n,
+                            int64_t now_ms, char *errstr, size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_attempts_put", op_id, errstr,
+                               errstr_size);
+    if (err || n == 0)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        const struct store_attempt *a = &attempts[i];
+        if (a->number == 0 || !bounded(a->session, sizeof(a->session))
+            || !bounded(a->exit_addr, sizeof(a->exit_addr))
+            || !bounded(a->category, sizeof(a->category))
+            || !bounded(a->error, sizeof(a->error))) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store_attempts_put(%.64s): attempt %zu has number "
+                          "%u (must be >= 1) or an unterminated string",
+                          op_id, i, a->number);
+            return DD_ERR_INVAL;
+        }
+    }
+    size_t idlen = strlen(op_id);
+    int64_t expires_at = add_ms(now_ms, s->ops_ttl_ms);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    for (size_t i = 0; i < n; i++) {
+        const struct store_attempt *a = &attempts[i];
+        char key[STORE_ATTEMPT_KEY_MAX];
+        unsigned char buf[STORE_ATTEMPT_VALUE_MAX];
+        size_t klen = attempt_key(op_id, idlen, a->number, key);
+        struct enc e = {buf, sizeof(buf), 0, false};
+        enc_header(&e, REC_ATTEMPT, expires_at);
+        enc_u32(&e, a->number);
+        enc_u64(&e, a->generation);
+        enc_u64(&e, (uint64_t)a->started_at_ms);
+        enc_u64(&e, (uint64_t)a->ended_at_ms);
+        enc_u32(&e, (uint32_t)a->status);
+        enc_u64(&e, a->bytes);
+        enc_str(&e, a->session, strlen(a->session));
+        enc_str(&e, a->exit_addr, strlen(a->exit_addr));
+        enc_str(&e, a->category, strlen(a->category));
+        enc_str(&e, a->error, strlen(a->error));
+        assert(!e.overflow); /* every string is bounded by its array */
+        rocksdb_writebatch_put_cf(wb, s->cf[CF_ATTEMPTS], key, klen,
+                                  (const char *)buf, e.len);
+    }
+    char *rerr = NULL;
+    rocksdb_write(s->db, s->wopts, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr)
+        return rdb_fail(rerr, "rocksdb_write(attempts)", op_id, errstr,
+                        errstr_size);
+    return DD_OK;
+}
+
+static dd_err_t attempt_decode(const char *val, size_t len, const char *op_id,
+                               uint32_t number, struct store_attempt *a,
+                               int64_t *expires_at, char *errstr,
+                               size_t errstr_size)
+{
+    struct dec d = {(const unsigned char *)val, len, 0, false};
+    char name[STORE_KEY_MAX + 16];
+    int nlen = snprintf(name, sizeof(name), "%s#%u", op_id, number);
+    dd_err_t err = dec_header(&d, REC_ATTEMPT, expires_at, "attempts", name,
+                              (size_t)nlen, errstr, errstr_size);
+    if (err)
+        return err;
+    memset(a, 0, sizeof(*a));
+    a->number = dec_u32(&d);
+    a->generation = dec_u64(&d);
+    a->started_at_ms = (int64_t)dec_u64(&d);
+    a->ended_at_ms = (int64_t)dec_u64(&d);
+    a->status = (int32_t)dec_u32(&d);
+    a->bytes = dec_u64(&d);
+    dec_str(&d, a->session, STORE_SESSION_MAX);
+    dec_str(&d, a->exit_addr, STORE_SESSION_MAX);
+    dec_str(&d, a->category, STORE_CATEGORY_MAX);
+    dec_str(&d, a->error, STORE_ERROR_MAX);
+    if (d.bad || d.off != d.len || a->number != number) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: attempts record '%.64s' is corrupt (%zu bytes, "
+                      "number %u)",
+                      name, len, a->number);
+        return DD_ERR_FATAL;
+    }
+    return DD_OK;
+}
+
+dd_err_t store_attempts_get(struct store *s, const char *op_id,
+                            int64_t now_ms, struct store_attempt **out,
+                            size_t *n, char *errstr, size_t errstr_size)
+{
+    *out = NULL;
+    *n = 0;
+    dd_err_t err = check_op_id("store_attempts_get", op_id, errstr,
+                               errstr_size);
+    if (err)
+        return err;
+    size_t idlen = strlen(op_id), count = 0, cap = 0;
+    struct store_attempt *arr = NULL;
+    char lower[STORE_KEY_MAX + 1], upper[STORE_KEY_MAX + 1];
+    memcpy(lower, op_id, idlen);
+    lower[idlen] = '\n';
+    memcpy(upper, op_id, idlen);
+    upper[idlen] = '\n' + 1;
+    char *rerr = NULL;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_iterate_upper_bound(ro, upper, idlen + 1);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ro,
+                                                        s->cf[CF_ATTEMPTS]);
+    for (rocksdb_iter_seek(it, lower, idlen + 1); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen = 0, vlen = 0;
+        const char *k = rocksdb_iter_key(it, &klen);
+        if (klen != idlen + 5)
+            continue; /* an attempt of op "<op_id>\n..." */
+        const unsigned char *nb = (const unsigned char *)k + idlen + 1;
+        uint32_t number = (uint32_t)nb[0] << 24 | (uint32_t)nb[1] << 16
+                          | (uint32_t)nb[2] << 8 | nb[3];
+        const char *v = rocksdb_iter_value(it, &vlen);
+        struct store_attempt a;
+        int64_t expires_at = 0;
+        err = attempt_decode(v, vlen, op_id, number, &a, &expires_at, errstr,
+                             errstr_size);
+        if (err)
+            goto out;
+        if (record_expired(expires_at, now_ms))
+            continue;
+        if (count == cap) {
+            size_t ncap = cap ? cap * 2 : 4;
+            struct store_attempt *na = realloc(arr, ncap * sizeof(*na));
+            if (!na) {
+                dd_errstr_set(errstr, errstr_size,
+                              "store_attempts_get(%.64s): out of memory",
+                              op_id);
+                err = DD_ERR_NOMEM;
+                goto out;
+            }
+            arr = na;
+            cap = ncap;
+        }
+        arr[count++] = a;
+    }
+    rocksdb_iter_get_error(it, &rerr);
+    if (rerr)
+        err = rdb_fail(rerr, "rocksdb_iter(attempts)", op_id, errstr,
+                       errstr_size);
+out:
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    if (err) {
+        free(arr);
+        return err;
+    }
+    *out = arr;
+    *n = count;
+    return DD_OK;
+}
+
+/* ---------------------------------------------------------------------- */
 /* conflicts, seen, forget, maintenance                                    */
 
 dd_err_t store_conflict_mark(struct store *s, const char *op_id,
@@ -1407,7 +2765,8 @@ dd_err_t store_conflict_mark(struct store *s, const char *op_id,
     key[idlen] = '\n';
     memcpy(key + idlen + 1, request_hash, hlen);
 
-    pthread_mutex_t *mu = stripe(s, op_id);
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
     bool present = false;
     err = mark_once(s, CF_CONFLICTS, REC_CONFLICT, key, idlen + 1 + hlen,
@@ -1448,7 +2807,8 @@ dd_err_t store_forget(struct store *s, const char *op_id, bool *found,
     dd_err_t err = check_op_id("store_forget", op_id, errstr, errstr_size);
     if (err)
         return err;
-    pthread_mutex_t *mu = stripe(s, op_id);
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
     struct store_op op;
     bool live = false;
@@ -1463,8 +2823,10 @@ dd_err_t store_forget(struct store *s, const char *op_id, bool *found,
     if (rerr) {
         err = rdb_fail(rerr, "rocksdb_delete_cf(ops)", op_id, errstr,
                        errstr_size);
+        idx_write_failed(s);
         goto out;
     }
+    idx_forget(s, &k, store_clock_ms(s));
     *found = live;
 out:
     pthread_mutex_unlock(mu);

@@ -117,6 +117,16 @@ static bool get(const char *op_id, int64_t now, struct store_op *op)
     return found;
 }
 
+static bool get_in(struct store *st, const char *op_id, int64_t now,
+                   struct store_op *op)
+{
+    bool found = true;
+    dd_err_t err = store_op_get(st, op_id, now, op, &found, g_err,
+                                sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_op_get(%s): %s", op_id, g_err);
+    return found;
+}
+
 static uint64_t complete(const char *op_id, uint64_t gen, const char *value,
                          int64_t now)
 {
@@ -136,9 +146,9 @@ static int64_t wall_ms(void)
 }
 
 /* Raw RocksDB access (store closed), mirroring store.c's CF list. */
-static const char *const raw_cf_names[] = {"default", "ops",  "outbox",
-                                           "conflicts", "seen", "meta"};
-#define RAW_CF_N 6
+static const char *const raw_cf_names[] = {
+    "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts"};
+#define RAW_CF_N 7
 #define RAW_OPS 1
 #define RAW_META 5
 
@@ -311,6 +321,18 @@ static atomic_int race_new_per_id[RACE_IDS];
 static atomic_int race_new, race_dup, race_other, race_err;
 static pthread_barrier_t race_barrier;
 
+/* the counters are shared by the race tests (and by one process under
+ * CK_FORK=no, as valgrind runs them) */
+static void race_reset(void)
+{
+    for (int i = 0; i < RACE_IDS; i++)
+        atomic_store(&race_new_per_id[i], 0);
+    atomic_store(&race_new, 0);
+    atomic_store(&race_dup, 0);
+    atomic_store(&race_other, 0);
+    atomic_store(&race_err, 0);
+}
+
 static void *race_worker(void *arg)
 {
     static const int mult[RACE_THREADS] = {1, 3, 7, 9, 11, 13, 17, 19};
@@ -345,6 +367,7 @@ static void *race_worker(void *arg)
 START_TEST(test_store_claim_race_exactly_one_new_per_op_id)
 {
     pthread_t th[RACE_THREADS];
+    race_reset();
     pthread_barrier_init(&race_barrier, NULL, RACE_THREADS);
     for (int t = 0; t < RACE_THREADS; t++)
         ck_assert_int_eq(
@@ -980,7 +1003,7 @@ START_TEST(test_store_open_creates_column_families_and_layout_version)
     rocksdb_options_t *o = rocksdb_options_create();
     char **names = rocksdb_list_column_families(o, g_dir, &n, &err);
     ck_assert_msg(err == NULL, "%s", err ? err : "");
-    ck_assert_uint_eq(n, 6);
+    ck_assert_uint_eq(n, RAW_CF_N);
     for (int i = 0; i < RAW_CF_N; i++) {
         bool has = false;
         for (size_t j = 0; j < n; j++)
@@ -1014,7 +1037,7 @@ START_TEST(test_store_newer_layout_version_is_fatal)
     char *err = NULL;
     /* a newer dedupd may add column families: they must not hide the cause */
     rocksdb_column_family_handle_t *h =
-        rocksdb_create_column_family(r.db, r.opts, "attempts", &err);
+        rocksdb_create_column_family(r.db, r.opts, "receipts", &err);
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     rocksdb_column_family_handle_destroy(h);
     raw_close(&r);
@@ -1120,6 +1143,663 @@ START_TEST(test_store_2str)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
+/* attempts                                                                */
+
+static struct store_attempt attempt(uint32_t number, int32_t status,
+                                    const char *category, const char *error)
+{
+    struct store_attempt a;
+    memset(&a, 0, sizeof(a));
+    a.number = number;
+    a.generation = 1;
+    a.started_at_ms = T0 + number * 10;
+    a.ended_at_ms = T0 + number * 10 + 5;
+    a.status = status;
+    a.bytes = 1000u * number;
+    snprintf(a.session, sizeof(a.session), "s-%u", number);
+    snprintf(a.exit_addr, sizeof(a.exit_addr), "proxy-%u:3128", number);
+    snprintf(a.category, sizeof(a.category), "%s", category);
+    snprintf(a.error, sizeof(a.error), "%s", error);
+    return a;
+}
+
+static void attempts_get(const char *op_id, int64_t now,
+                         struct store_attempt **out, size_t *n)
+{
+    ck_assert_int_eq(store_attempts_get(g_st, op_id, now, out, n, g_err,
+                                        sizeof(g_err)),
+                     DD_OK);
+}
+
+START_TEST(test_store_attempts_put_get_in_number_order_and_expire)
+{
+    struct store_attempt in[3] = {attempt(10, 200, "", ""),
+                                  attempt(1, 0, "timeout", "no answer"),
+                                  attempt(2, 503, "http_5xx", "busy")};
+    struct store_attempt other = attempt(1, 404, "http_4xx", "gone");
+    struct store_attempt *out = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(store_attempts_put(g_st, "op", in, 3, T0, g_err,
+                                        sizeof(g_err)),
+                     DD_OK);
+    /* ops whose ids extend "op" keep their own attempts */
+    ck_assert_int_eq(store_attempts_put(g_st, "op\nxyzw", &other, 1, T0,
+                                        g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(store_attempts_put(g_st, "opx", &other, 1, T0, g_err,
+                                        sizeof(g_err)),
+                     DD_OK);
+
+    attempts_get("op", T0, &out, &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_uint_eq(out[0].number, 1);
+    ck_assert_uint_eq(out[1].number, 2);
+    ck_assert_uint_eq(out[2].number, 10);
+    ck_assert_int_eq(memcmp(&out[0], &in[1], sizeof(in[1])), 0);
+    ck_assert_int_eq(memcmp(&out[1], &in[2], sizeof(in[2])), 0);
+    ck_assert_int_eq(memcmp(&out[2], &in[0], sizeof(in[0])), 0);
+    free(out);
+
+    /* same number again: overwritten */
+    struct store_attempt again = attempt(2, 200, "", "");
+    ck_assert_int_eq(store_attempts_put(g_st, "op", &again, 1, T0 + 100,
+                                        g_err, sizeof(g_err)),
+                     DD_OK);
+    attempts_get("op", T0, &out, &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_int_eq(out[1].status, 200);
+    ck_assert_str_eq(out[1].category, "");
+    free(out);
+
+    attempts_get("op\nxyzw", T0, &out, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(out[0].error, "gone");
+    free(out);
+    attempts_get("nope", T0, &out, &n);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(out);
+
+    /* TTL of ops from the write: 1 and 10 at T0, 2 rewritten at T0 + 100 */
+    attempts_get("op", T0 + OPS_TTL, &out, &n);
+    ck_assert_uint_eq(n, 3);
+    free(out);
+    attempts_get("op", T0 + OPS_TTL + 1, &out, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_uint_eq(out[0].number, 2);
+    free(out);
+    attempts_get("op", T0 + 101 + OPS_TTL, &out, &n);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_null(out);
+
+    /* the compaction filter drops them */
+    store_set_filter_clock(g_st, T0 + 101 + OPS_TTL);
+    store_compact(g_st);
+    store_set_filter_clock(g_st, 0);
+    attempts_get("op", 0, &out, &n);
+    ck_assert_uint_eq(n, 0);
+    attempts_get("opx", 0, &out, &n);
+    ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(test_store_attempts_put_rejects_number_0_and_bad_op_id)
+{
+    struct store_attempt a = attempt(0, 200, "", "");
+    struct store_attempt *out = NULL;
+    size_t n = 7;
+    ck_assert_int_eq(store_attempts_put(g_st, "op", &a, 1, T0, g_err,
+                                        sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_attempts_put(op): attempt 0 has number 0 "
+                            "(must be >= 1) or an unterminated string");
+    a.number = 1;
+    memset(a.error, 'x', sizeof(a.error));
+    ck_assert_int_eq(store_attempts_put(g_st, "op", &a, 1, T0, g_err,
+                                        sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_int_eq(store_attempts_put(g_st, "", &a, 1, T0, g_err,
+                                        sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_int_eq(store_attempts_get(g_st, "", T0, &out, &n, g_err,
+                                        sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err, "store_attempts_get: op_id of 0 bytes (must be "
+                            "1..512)");
+    ck_assert_uint_eq(n, 0);
+    attempts_get("op", T0, &out, &n);
+    ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
+/* batched claims and the hot index                                        */
+
+static void wait_index_complete(struct store *st)
+{
+    struct store_index_stats is;
+    for (int i = 0; i < 2000; i++) {
+        store_index_stats_get(st, &is);
+        if (is.complete)
+            return;
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    ck_abort_msg("hot index not complete after 10 s");
+}
+
+static void op_assert_eq(const struct store_op *x, const struct store_op *y,
+                         const char *what)
+{
+    ck_assert_msg(x->state == y->state && x->outbox_state == y->outbox_state
+                      && x->generation == y->generation
+                      && x->lease_expires_at_ms == y->lease_expires_at_ms
+                      && x->created_at_ms == y->created_at_ms
+                      && x->updated_at_ms == y->updated_at_ms
+                      && x->expires_at_ms == y->expires_at_ms
+                      && x->attempts == y->attempts
+                      && x->outbox_seq == y->outbox_seq
+                      && strcmp(x->request_hash, y->request_hash) == 0
+                      && strcmp(x->event_key, y->event_key) == 0
+                      && strcmp(x->lease_owner, y->lease_owner) == 0
+                      && strcmp(x->source, y->source) == 0
+                      && strcmp(x->category, y->category) == 0,
+                  "%s: ops differ (state %d/%d, gen %llu/%llu, owner %s/%s)",
+                  what, x->state, y->state,
+                  (unsigned long long)x->generation,
+                  (unsigned long long)y->generation, x->lease_owner,
+                  y->lease_owner);
+}
+
+static struct store *open_store(const char *dir, const char *instance,
+                                const char *run_id, size_t index_max_bytes)
+{
+    struct store *st = NULL;
+    struct store_conf conf = {
+        .path = dir,
+        .instance = instance,
+        .run_id = run_id,
+        .ops_ttl_ms = OPS_TTL,
+        .failed_ttl_ms = FAILED_TTL,
+        .lease_ms = LEASE,
+        .block_cache_bytes = 8 << 20,
+        .index_max_bytes = index_max_bytes,
+    };
+    ck_assert_msg(store_open(&conf, &st, g_err, sizeof(g_err)) == DD_OK,
+                  "store_open(%s): %s", dir, g_err);
+    return st;
+}
+
+#define RB_IDS 150
+#define RB_ROUNDS 70
+#define RB_MAX 200
+
+/* A randomized workload through store_claim on store A and store_claim_batch
+ * on store B: same answers in array order, same records afterwards.  Batches
+ * repeat op_ids, conflict, meet running, finished, failed, forgotten and
+ * expired ops, and reclaim after restarts (as a new run of the instance, as
+ * another instance waiting out leases). */
+START_TEST(test_store_claim_batch_matches_sequential_claims)
+{
+    char dir_b[64];
+    snprintf(dir_b, sizeof(dir_b), "/tmp/dedupd-store-b-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir_b));
+    struct store *sa = g_st, *sb = open_store(dir_b, "a", "r1", 0);
+    static struct store_claim_req reqs[RB_MAX];
+    static char ids[RB_MAX][32], srcs[RB_MAX][32];
+    enum store_claim_result ra[RB_MAX];
+    static struct store_op opa[RB_MAX];
+    unsigned seed = 20261129;
+    int64_t now = wall_ms(); /* at or past the filter clock: index answers */
+    int from_index = 0, news = 0, reclaims = 0, conflicts = 0, expired = 0;
+    wait_index_complete(sb);
+
+    for (int round = 0; round < RB_ROUNDS; round++) {
+        /* restarts: a new run reclaims at once; another instance waits */
+        if (round == 20 || round == 35 || round == 50) {
+            const char *inst = round == 35 ? "b" : "a";
+            char run[16];
+            snprintf(run, sizeof(run), "r%d", round);
+            store_close(sa);
+            store_close(sb);
+            g_st = sa = open_store(g_dir, inst, run, 0);
+            sb = open_store(dir_b, inst, run, 0);
+            if (round != 50) /* at 50, claim during the rebuild */
+                wait_index_complete(sb);
+        }
+        int nb = 1 + (int)(rand_r(&seed) % RB_MAX);
+        for (int j = 0; j < nb; j++) {
+            int id = rand_r(&seed) % 4 == 0 ? (int)(rand_r(&seed) % 8)
+                                            : (int)(rand_r(&seed) % RB_IDS);
+            snprintf(ids[j], sizeof(ids[j]), "rb-%d", id);
+            snprintf(srcs[j], sizeof(srcs[j]), "t/0/%d", round * 1000 + j);
+            bool other = rand_r(&seed) % 12 == 0;
+            reqs[j] = (struct store_claim_req){
+                .op_id = ids[j],
+                .request_hash = other ? H2 : H1,
+                .event_key = other ? EK2 : EK1,
+                .source = srcs[j],
+            };
+            ck_assert_int_eq(store_claim(sa, ids[j], reqs[j].request_hash,
+                                         reqs[j].event_key, srcs[j], now,
+                                         &ra[j], &opa[j], g_err,
+                                         sizeof(g_err)),
+                             DD_OK);
+        }
+        ck_assert_int_eq(store_claim_batch(sb, reqs, (size_t)nb, now, g_err,
+                                           sizeof(g_err)),
+                         DD_OK);
+        for (int j = 0; j < nb; j++) {
+            char what[96];
+            snprintf(what, sizeof(what), "round %d request %d (%s)", round, j,
+                     ids[j]);
+            ck_assert_int_eq(reqs[j].err, DD_OK);
+            ck_assert_msg(reqs[j].result == ra[j], "%s: batch %s, single %s",
+                          what, store_claim_result2str(reqs[j].result),
+                          store_claim_result2str(ra[j]));
+            news += ra[j] == STORE_CLAIM_NEW;
+            reclaims += ra[j] == STORE_CLAIM_RECLAIMED;
+            conflicts += ra[j] == STORE_CLAIM_CONFLICT;
+            if (reqs[j].op.generation == 0) {
+                /* answered by the index: the fields it holds */
+                from_index++;
+                ck_assert_int_eq(ra[j], STORE_CLAIM_DUPLICATE);
+                ck_assert_int_eq(reqs[j].op.state, opa[j].state);
+                ck_assert_int_eq(reqs[j].op.outbox_state,
+                                 opa[j].outbox_state);
+                ck_assert_int_eq(reqs[j].op.expires_at_ms,
+                                 opa[j].expires_at_ms);
+                ck_assert_str_eq(reqs[j].op.request_hash,
+                                 opa[j].request_hash);
+            } else {
+                op_assert_eq(&reqs[j].op, &opa[j], what);
+            }
+        }
+
+        /* the same finishing, renewing, acking and forgetting on both */
+        for (int id = 0; id < RB_IDS; id++) {
+            char op_id[32];
+            struct store_op oa, ob;
+            snprintf(op_id, sizeof(op_id), "rb-%d", id);
+            bool fa = get_in(sa, op_id, now, &oa), fb = get_in(sb, op_id, now,
+                                                                &ob);
+            ck_assert_int_eq(fa, fb);
+            if (!fa)
+                continue;
+            op_assert_eq(&oa, &ob, op_id);
+            unsigned dice = rand_r(&seed) % 100;
+            if (oa.state == STORE_OP_RUNNING
+                && strcmp(oa.lease_owner, store_owner(sa)) == 0) {
+                if (dice < 40 || dice >= 95) {
+                    bool failed = dice >= 95;
+                    uint64_t s1 = 0, s2 = 0;
+                    for (int k = 0; k < 2; k++)
+                        ck_assert_int_eq(
+                            store_complete(k ? sb : sa, op_id, oa.generation,
+                                           failed ? STORE_OP_FAILED
+                                                  : STORE_OP_COMPLETE,
+                                           failed ? "timeout" : NULL, 1, "v",
+                                           1, now, k ? &s2 : &s1, g_err,
+                                           sizeof(g_err)),
+                            DD_OK);
+                    ck_assert_uint_eq(s1, s2);
+                } else if (dice < 60) {
+                    for (int k = 0; k < 2; k++)
+                        ck_assert_int_eq(store_lease_renew(k ? sb : sa, op_id,
+                                                           oa.generation, now,
+                                                           g_err,
+                                                           sizeof(g_err)),
+                                         DD_OK);
+                }
+            } else if (oa.outbox_state == STORE_OUTBOX_PENDING && dice < 50) {
+                for (int k = 0; k < 2; k++)
+                    ck_assert_int_eq(store_outbox_ack(k ? sb : sa,
+                                                      oa.outbox_seq, op_id,
+                                                      g_err, sizeof(g_err)),
+                                     DD_OK);
+            } else if (dice >= 97) {
+                bool f1 = false, f2 = false;
+                ck_assert_int_eq(store_forget(sa, op_id, &f1, g_err,
+                                              sizeof(g_err)),
+                                 DD_OK);
+                ck_assert_int_eq(store_forget(sb, op_id, &f2, g_err,
+                                              sizeof(g_err)),
+                                 DD_OK);
+                ck_assert_int_eq(f1, f2);
+            }
+        }
+
+        /* time goes on: a moment, past leases, past the failed or ops TTL */
+        unsigned dice = rand_r(&seed) % 100;
+        if (dice < 60)
+            now += 1 + rand_r(&seed) % 1000;
+        else if (dice < 80)
+            now += LEASE + 1;
+        else if (dice < 92)
+            now += FAILED_TTL + 1;
+        else {
+            now += OPS_TTL + 1;
+            expired++;
+        }
+    }
+    struct store_index_stats is;
+    store_index_stats_get(sb, &is);
+    ck_assert_msg(from_index > 100 && news > 100 && reclaims > 10
+                      && conflicts > 20 && expired > 0,
+                  "workload too tame: %d from index, %d new, %d reclaimed, "
+                  "%d conflicts, %d expiries",
+                  from_index, news, reclaims, conflicts, expired);
+    ck_assert_uint_gt(is.hits, 0);
+    store_close(sb);
+    nftw(dir_b, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+END_TEST
+
+START_TEST(test_store_claim_batch_bad_request_fails_alone)
+{
+    struct store_claim_req r[3] = {
+        {.op_id = "ok-1", .request_hash = H1, .event_key = EK1, .source = "s"},
+        {.op_id = "", .request_hash = H1, .event_key = EK1, .source = "s"},
+        {.op_id = "ok-1", .request_hash = "", .event_key = EK1, .source = "s"},
+    };
+    g_err[0] = '\0';
+    ck_assert_int_eq(store_claim_batch(g_st, r, 3, T0, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(r[0].err, DD_OK);
+    ck_assert_int_eq(r[0].result, STORE_CLAIM_NEW);
+    ck_assert_int_eq(r[1].err, DD_ERR_INVAL);
+    ck_assert_int_eq(r[2].err, DD_ERR_INVAL);
+    /* errstr holds the first request's error */
+    ck_assert_str_eq(g_err, "store_claim_batch: op_id of 0 bytes (must be "
+                            "1..512)");
+    struct store_op op;
+    ck_assert(get("ok-1", T0, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert_int_eq(store_claim_batch(g_st, r, 0, T0, g_err, sizeof(g_err)),
+                     DD_OK);
+}
+END_TEST
+
+/* Claim and finish n ops "ix-<i>" through the batch API at now. */
+static void claim_and_complete(struct store *st, int n, int64_t now)
+{
+    struct store_claim_req *r = calloc((size_t)n, sizeof(*r));
+    char(*id)[32] = calloc((size_t)n, sizeof(*id));
+    for (int i = 0; i < n; i++) {
+        snprintf(id[i], sizeof(id[i]), "ix-%d", i);
+        r[i] = (struct store_claim_req){.op_id = id[i], .request_hash = H1, .event_key = EK1, .source = "t/0/0"};
+    }
+    for (int i = 0; i < n; i += 1000) {
+        int k = n - i < 1000 ? n - i : 1000;
+        ck_assert_int_eq(store_claim_batch(st, r + i, (size_t)k, now, g_err,
+                                           sizeof(g_err)),
+                         DD_OK);
+    }
+    for (int i = 0; i < n; i++) {
+        uint64_t seq;
+        ck_assert_int_eq(r[i].err, DD_OK);
+        ck_assert_int_eq(r[i].result, STORE_CLAIM_NEW);
+        ck_assert_int_eq(store_complete(st, id[i], 1,
+                                        i % 10 ? STORE_OP_COMPLETE
+                                               : STORE_OP_FAILED,
+                                        i % 10 ? NULL : "timeout", 1, "v", 1,
+                                        now, &seq, g_err, sizeof(g_err)),
+                         DD_OK);
+        if (i % 2)
+            ck_assert_int_eq(store_outbox_ack(st, seq, id[i], g_err,
+                                              sizeof(g_err)),
+                             DD_OK);
+    }
+    free(r);
+    free(id);
+}
+
+/* Claim "ix-<from..to)" plus \p fresh new ids in one batch; check answers. */
+static void claim_all_again(struct store *st, int from, int to, int fresh,
+                            int64_t now)
+{
+    int n = to - from + fresh;
+    struct store_claim_req *r = calloc((size_t)n, sizeof(*r));
+    char(*id)[32] = calloc((size_t)n, sizeof(*id));
+    for (int i = 0; i < n; i++) {
+        if (i < to - from)
+            snprintf(id[i], sizeof(id[i]), "ix-%d", from + i);
+        else
+            snprintf(id[i], sizeof(id[i]), "fresh-%lld-%d", (long long)now,
+                     i);
+        r[i] = (struct store_claim_req){.op_id = id[i], .request_hash = H1, .event_key = EK1, .source = "t/0/1"};
+    }
+    ck_assert_int_eq(store_claim_batch(st, r, (size_t)n, now, g_err,
+                                       sizeof(g_err)),
+                     DD_OK);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(r[i].err, DD_OK);
+        if (i >= to - from) {
+            ck_assert_int_eq(r[i].result, STORE_CLAIM_NEW);
+            continue;
+        }
+        int x = from + i;
+        ck_assert_int_eq(r[i].result, STORE_CLAIM_DUPLICATE);
+        ck_assert_int_eq(r[i].op.state,
+                         x % 10 ? STORE_OP_COMPLETE : STORE_OP_FAILED);
+        ck_assert_int_eq(r[i].op.outbox_state,
+                         x % 2 ? STORE_OUTBOX_SENT : STORE_OUTBOX_PENDING);
+    }
+    free(r);
+    free(id);
+}
+
+START_TEST(test_store_index_rebuilt_at_open_answers_duplicates_without_reads)
+{
+    int64_t now = wall_ms();
+    struct store_index_stats a, b;
+    claim_and_complete(g_st, 3000, now);
+    reopen_as("a", "r2");
+    wait_index_complete(g_st);
+    store_index_stats_get(g_st, &a);
+    ck_assert(a.complete);
+    ck_assert_uint_ge(a.entries, 3000);
+    /* 64 bytes per op_id at most, beyond a floor of 64 slots per segment */
+    ck_assert_uint_le(a.bytes, 64 * a.entries + (256 << 10));
+
+    /* every duplicate and every new op decided without one RocksDB read */
+    claim_all_again(g_st, 0, 3000, 500, now + 1000);
+    store_index_stats_get(g_st, &b);
+    ck_assert_uint_eq(b.misses - a.misses, 0);
+    ck_assert_uint_eq(b.hits - a.hits, 3500);
+
+    enum store_op_state st = 0;
+    ck_assert(store_index_duplicate(g_st, "ix-11", 5, H1, now + 1000, &st));
+    ck_assert_int_eq(st, STORE_OP_COMPLETE);
+    ck_assert(store_index_duplicate(g_st, "ix-10", 5, H1, now + 1000, &st));
+    ck_assert_int_eq(st, STORE_OP_FAILED);
+    store_index_stats_get(g_st, &a);
+    ck_assert_uint_eq(a.hits - b.hits, 2);
+    ck_assert_uint_eq(a.misses, b.misses);
+
+    /* the full path still returns whole records */
+    struct store_op op;
+    ck_assert_int_eq(claim("ix-11", H1, now + 1000, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_uint_eq(op.generation, 1);
+    ck_assert_str_eq(op.event_key, EK1);
+}
+END_TEST
+
+START_TEST(test_store_index_bound_reached_is_not_complete_and_answers_stay_correct)
+{
+    int64_t now = wall_ms();
+    struct store_index_stats is;
+    store_close(g_st);
+    /* 32 slots per segment: about 1600 op_ids */
+    g_st = open_store(g_dir, "a", "r1", 64 << 10);
+    wait_index_complete(g_st);
+    claim_and_complete(g_st, 5000, now);
+    store_index_stats_get(g_st, &is);
+    ck_assert(!is.complete);
+    ck_assert_uint_le(is.entries, is.capacity);
+    ck_assert_uint_le(is.capacity * 32, 64 << 10);
+
+    claim_all_again(g_st, 0, 5000, 300, now + 1);
+    struct store_index_stats after;
+    store_index_stats_get(g_st, &after);
+    ck_assert_uint_gt(after.misses, is.misses); /* RocksDB answered some */
+    ck_assert_uint_gt(after.hits, is.hits);     /* the index others */
+
+    /* the fast path is never wrong, only sometimes unable */
+    int proven = 0;
+    for (int i = 0; i < 5000; i++) {
+        char id[32];
+        int n = snprintf(id, sizeof(id), "ix-%d", i);
+        proven += store_index_duplicate(g_st, id, (size_t)n, H1, now + 2,
+                                        NULL);
+        ck_assert(!store_index_duplicate(g_st, id, (size_t)n, H2, now + 2,
+                                         NULL));
+    }
+    ck_assert_int_gt(proven, 500);
+    ck_assert_int_lt(proven, 5000);
+
+    /* after a reopen the rebuild hits the bound too */
+    store_close(g_st);
+    g_st = open_store(g_dir, "a", "r2", 64 << 10);
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* complete never: during the rebuild or after */
+    store_index_stats_get(g_st, &is);
+    ck_assert(!is.complete);
+    claim_all_again(g_st, 0, 5000, 300, now + 3);
+}
+END_TEST
+
+START_TEST(test_store_index_duplicate_false_for_conflict_running_and_expired)
+{
+    int64_t now = wall_ms();
+    enum store_op_state st = 0;
+    struct store_op op;
+    uint64_t seq;
+    wait_index_complete(g_st);
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1, now, &st));
+    ck_assert_int_eq(claim("op-1", H1, now, &op), STORE_CLAIM_NEW);
+    /* running: in flight is not done */
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1, now, &st));
+    complete("op-1", 1, "v", now + 10);
+    ck_assert(store_index_duplicate(g_st, "op-1", 4, H1, now + 10, &st));
+    ck_assert_int_eq(st, STORE_OP_COMPLETE);
+    /* another request_hash: a conflict, never a duplicate */
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H2, now + 10, &st));
+    /* op_id bytes, not a C string */
+    ck_assert(!store_index_duplicate(g_st, "op-1x", 4 + 1, H1, now, &st));
+    ck_assert(!store_index_duplicate(g_st, "op-1", 0, H1, now, &st));
+    /* live up to and including expires_at (C-28) */
+    ck_assert(store_index_duplicate(g_st, "op-1", 4, H1, now + 10 + OPS_TTL,
+                                    NULL));
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1,
+                                     now + 11 + OPS_TTL, NULL));
+
+    /* failed ops are finished too, for their shorter TTL */
+    ck_assert_int_eq(claim("op-2", H1, now, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_complete(g_st, "op-2", 1, STORE_OP_FAILED, "dns",
+                                    2, "v", 1, now, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_OK);
+    ck_assert(store_index_duplicate(g_st, "op-2", 4, H1, now, &st));
+    ck_assert_int_eq(st, STORE_OP_FAILED);
+    ck_assert(!store_index_duplicate(g_st, "op-2", 4, H1,
+                                     now + FAILED_TTL + 1, &st));
+
+    /* forgotten: gone from the index at once */
+    bool found = false;
+    ck_assert_int_eq(store_forget(g_st, "op-1", &found, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(found);
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1, now + 10, &st));
+    ck_assert_int_eq(claim("op-1", H1, now + 20, &op), STORE_CLAIM_NEW);
+
+    /* before the filter clock RocksDB answers: the filter may have run */
+    ck_assert_int_eq(claim("op-3", H1, now, &op), STORE_CLAIM_NEW);
+    complete("op-3", 1, "v", now);
+    ck_assert(store_index_duplicate(g_st, "op-3", 4, H1, now, &st));
+    store_set_filter_clock(g_st, now + OPS_TTL + 1);
+    ck_assert(!store_index_duplicate(g_st, "op-3", 4, H1, now, &st));
+    store_set_filter_clock(g_st, 0);
+}
+END_TEST
+
+/* racing: batches and single claims on the same op_ids */
+
+#define RACEB_CHUNK 100
+
+static void *race_batch_worker(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    static const int mult[RACE_THREADS] = {1, 3, 7, 9, 11, 13, 17, 19};
+    struct store_claim_req reqs[RACEB_CHUNK + RACEB_CHUNK / 10];
+    char ids[RACEB_CHUNK + RACEB_CHUNK / 10][32];
+    int idn[RACEB_CHUNK + RACEB_CHUNK / 10];
+    char err[256];
+    pthread_barrier_wait(&race_barrier);
+    for (int i = 0; i < RACE_IDS; i += RACEB_CHUNK) {
+        int n = 0;
+        for (int j = i; j < i + RACEB_CHUNK && j < RACE_IDS; j++) {
+            int id = (j * mult[t] + t * 250) % RACE_IDS;
+            idn[n] = id;
+            snprintf(ids[n], sizeof(ids[n]), "race-%d", id);
+            n++;
+            if (j % 10 == 0) { /* the same op twice in one batch */
+                idn[n] = id;
+                snprintf(ids[n], sizeof(ids[n]), "race-%d", id);
+                n++;
+            }
+        }
+        for (int j = 0; j < n; j++)
+            reqs[j] = (struct store_claim_req){.op_id = ids[j], .request_hash = H1, .event_key = EK1, .source = "t/0/1"};
+        if (store_claim_batch(g_st, reqs, (size_t)n, T0, err, sizeof(err))
+            != DD_OK) {
+            atomic_fetch_add(&race_err, n);
+            continue;
+        }
+        for (int j = 0; j < n; j++) {
+            if (reqs[j].err != DD_OK)
+                atomic_fetch_add(&race_err, 1);
+            else if (reqs[j].result == STORE_CLAIM_NEW) {
+                atomic_fetch_add(&race_new, 1);
+                atomic_fetch_add(&race_new_per_id[idn[j]], 1);
+            } else if (reqs[j].result == STORE_CLAIM_DUPLICATE)
+                atomic_fetch_add(&race_dup, 1);
+            else
+                atomic_fetch_add(&race_other, 1);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_store_claim_race_batch_and_single_exactly_one_new_per_op_id)
+{
+    pthread_t th[RACE_THREADS];
+    race_reset();
+    pthread_barrier_init(&race_barrier, NULL, RACE_THREADS);
+    for (int t = 0; t < RACE_THREADS; t++)
+        ck_assert_int_eq(pthread_create(&th[t], NULL,
+                                        t % 2 ? race_batch_worker
+                                              : race_worker,
+                                        (void *)(intptr_t)t),
+                         0);
+    for (int t = 0; t < RACE_THREADS; t++)
+        pthread_join(th[t], NULL);
+    pthread_barrier_destroy(&race_barrier);
+
+    int repeats = (RACE_THREADS / 2) * (RACE_IDS / 10);
+    ck_assert_int_eq(atomic_load(&race_err), 0);
+    ck_assert_int_eq(atomic_load(&race_other), 0);
+    ck_assert_int_eq(atomic_load(&race_new), RACE_IDS);
+    ck_assert_int_eq(atomic_load(&race_dup),
+                     (RACE_THREADS - 1) * RACE_IDS + repeats);
+    for (int i = 0; i < RACE_IDS; i++) {
+        int won = atomic_load(&race_new_per_id[i]);
+        ck_assert_msg(won == 1, "race-%d won %d times", i, won);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
 
 static TCase *tcase(const char *name)
 {
@@ -1143,6 +1823,25 @@ Suite *store_suite(void)
 
     tc = tcase("race");
     tcase_add_test(tc, test_store_claim_race_exactly_one_new_per_op_id);
+    tcase_add_test(tc,
+                   test_store_claim_race_batch_and_single_exactly_one_new_per_op_id);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("attempts");
+    tcase_add_test(tc, test_store_attempts_put_get_in_number_order_and_expire);
+    tcase_add_test(tc, test_store_attempts_put_rejects_number_0_and_bad_op_id);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("batch_index");
+    tcase_add_test(tc, test_store_claim_batch_matches_sequential_claims);
+    tcase_add_test(tc, test_store_claim_batch_bad_request_fails_alone);
+    tcase_add_test(
+        tc, test_store_index_rebuilt_at_open_answers_duplicates_without_reads);
+    tcase_add_test(
+        tc,
+        test_store_index_bound_reached_is_not_complete_and_answers_stay_correct);
+    tcase_add_test(
+        tc, test_store_index_duplicate_false_for_conflict_running_and_expired);
     suite_add_tcase(s, tc);
 
     tc = tcase("fencing");

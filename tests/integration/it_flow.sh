@@ -38,5 +38,8 @@ submit "$WORK/jobs.ndjson" > /dev/null
 stats=$(run_until_idle)
 expect_eq "$(jq .new <<<"$stats")" 0 "new ops on re-run"
 expect_eq "$(jq .duplicates <<<"$stats")" 40 "duplicates on re-run"
+# submit sets the dedupd-op-id / dedupd-request-hash headers, and the hot index
+# (rebuilt at start-up) holds every op: the fast path decides all of them.
+expect_eq "$(jq .fast_path <<<"$stats")" 40 "fast-path decisions on re-run"
 expect_eq "$(log_since "$mark" | wc -l)" 0 "origin requests on re-run"
 expect_eq "$(topic_dump "$T.results" | wc -l)" 20 "results topic unchanged"

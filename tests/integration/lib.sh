@@ -46,3 +46,5 @@ tail_results() {
 topic_dump() {
   kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>/dev/null
 }
+# Each run binds free ports (tests may overlap with a demo or another run).
+export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
