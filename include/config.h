@@ -28,6 +28,28 @@ struct cfg_strlist {
     size_t n;
 };
 
+/** One proxy provider (proxy.providers[i]).  Strings owned by the cfg. */
+struct cfg_provider {
+    char *name;            /**< shown in results and logs */
+    char *gateway;         /**< host or IP of the provider's gateway */
+    int64_t http_port;     /**< 0 = none */
+    int64_t socks_port;    /**< 0 = none (used when http_port is 0) */
+    char *username;        /**< template: {user} {session} {country} */
+    char *user;            /**< account name for {user} */
+    char *password;        /**< secret: from password_env or password_file */
+    char *rotation;        /**< sticky | timed | per_request */
+    int64_t rotate_every_s;/**< timed: the provider's rotation interval */
+    struct cfg_strlist countries; /**< upper-case ISO codes; empty = any */
+    int64_t sessions;      /**< sessions per country */
+    char *api_url;         /**< provider API base URL or "" */
+    char *api_key;         /**< secret: from api_key_env or api_key_file */
+};
+
+struct cfg_providers {
+    struct cfg_provider *v;
+    size_t n;
+};
+
 /** The frozen configuration.  Every field is documented in the option table. */
 struct cfg {
     char *instance_id;
@@ -50,6 +72,9 @@ struct cfg {
     struct cfg_strlist fetch_blocked_statuses;
     char *fetch_user_agent;
     struct cfg_strlist proxy_exits;
+    struct cfg_providers proxy_providers;
+    int64_t fetch_session_max_uses, fetch_session_max_errors,
+        fetch_session_max_age_ms;
     struct cfg_strlist identity_variance_headers;
     struct cfg_strlist identity_credential_headers;
     bool identity_trust_headers;

@@ -51,6 +51,8 @@ struct fetch_req {
     const void *body;                 /**< may be NULL */
     size_t body_len;
     bool safe;                        /**< may be retried after bytes were sent */
+    const char *country;              /**< upper-case ISO code or NULL: only
+                                           sessions of that country serve it */
     int64_t deadline_ms;              /**< absolute, ms since epoch */
     void *opaque;                     /**< returned in the result */
 };

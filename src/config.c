@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum cfg_type { CFG_INT, CFG_BOOL, CFG_STR, CFG_LIST };
+enum cfg_type { CFG_INT, CFG_BOOL, CFG_STR, CFG_LIST, CFG_PROVIDERS };
 
 #define CFG_F_SECRET 0x1
 #define CFG_OFF(f) offsetof(struct cfg, f)
@@ -101,6 +101,21 @@ static const struct cfg_option cfg_options[] = {
     {"proxy.exits", CFG_LIST, CFG_OFF(proxy_exits), 0, 0, "", "", 0,
      "Proxy exits (http://host:port or socks5h://host:port); each is a "
      "session of the pool; empty = fetch direct."},
+    {"proxy.providers", CFG_PROVIDERS, CFG_OFF(proxy_providers), 0, 0, "", "", 0,
+     "Proxy providers: an array of objects {name, gateway, http_port, "
+     "socks_port, username (template with {user} {session} {country}), user, "
+     "password_env | password_file, rotation (sticky|timed|per_request), "
+     "rotate_every_s, countries, sessions, api_url, api_key_env | api_key_file}; "
+     "file only.  Passwords never appear in logs, results or config --dump."},
+    {"fetch.session_max_uses", CFG_INT, CFG_OFF(fetch_session_max_uses), 0,
+     INT64_C(1000000000), "0", "requests", 0,
+     "Retire a provider session after this many requests (0 = no limit)."},
+    {"fetch.session_max_errors", CFG_INT, CFG_OFF(fetch_session_max_errors), 0,
+     1000000, "5", "errors", 0,
+     "Retire a provider session after this many errors in a row."},
+    {"fetch.session_max_age_ms", CFG_INT, CFG_OFF(fetch_session_max_age_ms), 0,
+     INT64_C(604800000), "1800000", "ms", 0,
+     "Retire a provider session at this age (0 = no limit)."},
     {"identity.variance_headers", CFG_LIST,
      CFG_OFF(identity_variance_headers), 0, 0, "accept,accept-language", "", 0,
      "Request headers that are part of a job's identity."},
@@ -203,6 +218,14 @@ static dd_err_t set_text(struct cfg *cfg, const struct cfg_option *o,
     case CFG_LIST:
         list_set_csv((struct cfg_strlist *)field, text);
         return DD_OK;
+    case CFG_PROVIDERS:
+        if (*text) {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: %s: set providers in the configuration file "
+                          "(an array of objects)", src, o->name);
+            return DD_ERR_INVAL;
+        }
+        return DD_OK;
     case CFG_BOOL:
         if (!strcmp(text, "true") || !strcmp(text, "1") || !strcmp(text, "yes"))
             *(bool *)field = true;
@@ -283,6 +306,204 @@ static void kafka_set(struct cfg *cfg, const char *name, const char *value)
     list_push(&cfg->kafka_values, value);
 }
 
+
+static char *opt_strdup(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void providers_free(struct cfg_providers *ps)
+{
+    for (size_t i = 0; i < ps->n; i++) {
+        struct cfg_provider *p = &ps->v[i];
+        free(p->name);
+        free(p->gateway);
+        free(p->username);
+        free(p->user);
+        if (p->password)
+            memset(p->password, 0, strlen(p->password));
+        free(p->password);
+        free(p->rotation);
+        list_free(&p->countries);
+        free(p->api_url);
+        if (p->api_key)
+            memset(p->api_key, 0, strlen(p->api_key));
+        free(p->api_key);
+    }
+    free(ps->v);
+    ps->v = NULL;
+    ps->n = 0;
+}
+
+/* Read a secret: the environment variable \p env, else the file \p file
+ * (exact bytes: a mounted Secret has no trailing newline; one trailing "\n"
+ * is dropped, as `echo` adds it).  The value is never echoed in errors. */
+static dd_err_t secret_read(const char *env, const char *file, char **out,
+                            const char *what, char *errstr, size_t errstr_size)
+{
+    if (env) {
+        const char *v = getenv(env);
+        if (!v) {
+            dd_errstr_set(errstr, errstr_size, "%s: environment variable %s is "
+                          "not set", what, env);
+            return DD_ERR_INVAL;
+        }
+        *out = strdup(v);
+        return DD_OK;
+    }
+    FILE *fp = fopen(file, "rb");
+    if (!fp) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s: %s", what, file,
+                      strerror(errno));
+        return DD_ERR_INVAL;
+    }
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    bool more = fread(buf + n, 1, 1, fp) == 1;
+    fclose(fp);
+    if (more || memchr(buf, '\0', n)) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s: longer than 4095 bytes or "
+                      "holds a NUL byte", what, file);
+        return DD_ERR_INVAL;
+    }
+    if (n && buf[n - 1] == '\n')
+        n--;
+    buf[n] = '\0';
+    *out = strdup(buf);
+    memset(buf, 0, sizeof(buf));
+    return DD_OK;
+}
+
+static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
+                              const char *src, char *errstr, size_t errstr_size)
+{
+    static const char *const known[] = {
+        "name", "gateway", "http_port", "socks_port", "username", "user",
+        "password_env", "password_file", "rotation", "rotate_every_s",
+        "countries", "sessions", "api_url", "api_key_env", "api_key_file", NULL};
+    providers_free(ps);
+    ps->v = calloc(json_array_size(arr) + 1, sizeof(*ps->v));
+    if (!ps->v)
+        return DD_ERR_NOMEM;
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o)
+    {
+        struct cfg_provider *p = &ps->v[ps->n++];
+        char what[96];
+        snprintf(what, sizeof(what), "%s: proxy.providers[%zu]", src, i);
+        if (!json_is_object(o)) {
+            dd_errstr_set(errstr, errstr_size, "%s: must be an object", what);
+            return DD_ERR_INVAL;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v)
+        {
+            bool ok = false;
+            for (size_t j = 0; known[j]; j++)
+                ok |= !strcmp(k, known[j]);
+            if (!ok) {
+                dd_errstr_set(errstr, errstr_size, "%s.%s: unknown field", what, k);
+                return DD_ERR_INVAL;
+            }
+        }
+#define PSTR(field, key, def)                                                  \
+    do {                                                                       \
+        json_t *x = json_object_get(o, key);                                   \
+        if (x && !json_is_string(x)) {                                         \
+            dd_errstr_set(errstr, errstr_size, "%s.%s: must be a string", what,\
+                          key);                                                \
+            return DD_ERR_INVAL;                                               \
+        }                                                                      \
+        p->field = opt_strdup(x ? json_string_value(x) : (def));               \
+    } while (0)
+#define PINT(field, key, def, lo, hi)                                          \
+    do {                                                                       \
+        json_t *x = json_object_get(o, key);                                   \
+        if (x && (!json_is_integer(x) || json_integer_value(x) < (lo) ||       \
+                  json_integer_value(x) > (hi))) {                             \
+            dd_errstr_set(errstr, errstr_size, "%s.%s: must be an integer in " \
+                          "[%d, %d]", what, key, (int)(lo), (int)(hi));        \
+            return DD_ERR_INVAL;                                               \
+        }                                                                      \
+        p->field = x ? json_integer_value(x) : (def);                          \
+    } while (0)
+        PSTR(name, "name", NULL);
+        PSTR(gateway, "gateway", NULL);
+        PSTR(username, "username", "{user}");
+        PSTR(user, "user", "");
+        PSTR(rotation, "rotation", "sticky");
+        PSTR(api_url, "api_url", "");
+        PINT(http_port, "http_port", 0, 0, 65535);
+        PINT(socks_port, "socks_port", 0, 0, 65535);
+        PINT(sessions, "sessions", 1, 1, 10000);
+        PINT(rotate_every_s, "rotate_every_s", 0, 0, 86400);
+#undef PSTR
+#undef PINT
+        if (!p->name || !*p->name || !p->gateway || !*p->gateway) {
+            dd_errstr_set(errstr, errstr_size, "%s: name and gateway are required",
+                          what);
+            return DD_ERR_INVAL;
+        }
+        if (!p->http_port && !p->socks_port) {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s: http_port or socks_port is required", what);
+            return DD_ERR_INVAL;
+        }
+        if (strcmp(p->rotation, "sticky") && strcmp(p->rotation, "timed") &&
+            strcmp(p->rotation, "per_request")) {
+            dd_errstr_set(errstr, errstr_size, "%s.rotation: '%s' is not sticky, "
+                          "timed or per_request", what, p->rotation);
+            return DD_ERR_INVAL;
+        }
+        json_t *c = json_object_get(o, "countries");
+        if (c) {
+            size_t j;
+            json_t *cc;
+            if (!json_is_array(c)) {
+                dd_errstr_set(errstr, errstr_size, "%s.countries: must be an "
+                              "array of ISO 3166-1 alpha-2 codes", what);
+                return DD_ERR_INVAL;
+            }
+            json_array_foreach(c, j, cc)
+            {
+                const char *t = json_string_value(cc);
+                if (!t || strlen(t) != 2 || !isalpha((unsigned char)t[0]) ||
+                    !isalpha((unsigned char)t[1])) {
+                    dd_errstr_set(errstr, errstr_size, "%s.countries[%zu]: not an "
+                                  "ISO 3166-1 alpha-2 code", what, j);
+                    return DD_ERR_INVAL;
+                }
+                char up[3] = {(char)toupper((unsigned char)t[0]),
+                              (char)toupper((unsigned char)t[1]), 0};
+                list_push(&p->countries, up);
+            }
+        }
+        const char *penv = json_string_value(json_object_get(o, "password_env"));
+        const char *pfile = json_string_value(json_object_get(o, "password_file"));
+        if (penv || pfile) {
+            char w2[128];
+            snprintf(w2, sizeof(w2), "%s.password_%s", what, penv ? "env" : "file");
+            dd_err_t err = secret_read(penv, pfile, &p->password, w2, errstr,
+                                       errstr_size);
+            if (err)
+                return err;
+        }
+        const char *kenv = json_string_value(json_object_get(o, "api_key_env"));
+        const char *kfile = json_string_value(json_object_get(o, "api_key_file"));
+        if (kenv || kfile) {
+            char w2[128];
+            snprintf(w2, sizeof(w2), "%s.api_key_%s", what, kenv ? "env" : "file");
+            dd_err_t err = secret_read(kenv, kfile, &p->api_key, w2, errstr,
+                                       errstr_size);
+            if (err)
+                return err;
+        }
+    }
+    return DD_OK;
+}
+
 /* Apply one JSON value at dotted path \p name. */
 static dd_err_t set_json(struct cfg *cfg, const char *name, json_t *v,
                          const char *src, char *errstr, size_t errstr_size)
@@ -327,6 +548,11 @@ static dd_err_t set_json(struct cfg *cfg, const char *name, json_t *v,
             goto wrong_type;
         snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
         return set_text(cfg, o, buf, src, errstr, errstr_size);
+    case CFG_PROVIDERS:
+        if (!json_is_array(v))
+            goto wrong_type;
+        return providers_set((struct cfg_providers *)((char *)cfg + o->off), v,
+                             src, errstr, errstr_size);
     case CFG_LIST: {
         if (!json_is_array(v))
             goto wrong_type;
@@ -353,6 +579,7 @@ wrong_type:
                   o->type == CFG_STR    ? "a string"
                   : o->type == CFG_BOOL ? "a boolean"
                   : o->type == CFG_INT  ? "an integer"
+                  : o->type == CFG_PROVIDERS ? "an array of provider objects"
                                         : "an array of strings");
     return DD_ERR_INVAL;
 }
@@ -540,6 +767,8 @@ void cfg_destroy(struct cfg *cfg)
             free(*(char **)field);
         else if (cfg_options[i].type == CFG_LIST)
             list_free((struct cfg_strlist *)field);
+        else if (cfg_options[i].type == CFG_PROVIDERS)
+            providers_free((struct cfg_providers *)field);
     }
     list_free(&cfg->kafka_names);
     list_free(&cfg->kafka_values);
@@ -562,6 +791,29 @@ void cfg_dump(const struct cfg *cfg, FILE *fp)
         if (o->flags & CFG_F_SECRET) {
             const char *s = *(char *const *)field;
             v = json_string(s && *s ? "[redacted]" : "");
+        } else if (o->type == CFG_PROVIDERS) {
+            const struct cfg_providers *ps = field;
+            v = json_array();
+            for (size_t j = 0; j < ps->n; j++) {
+                const struct cfg_provider *p = &ps->v[j];
+                json_t *po = json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:I, "
+                                       "s:I, s:s, s:s, s:s}",
+                                       "name", p->name, "gateway", p->gateway,
+                                       "http_port", (json_int_t)p->http_port,
+                                       "socks_port", (json_int_t)p->socks_port,
+                                       "username", p->username, "user", p->user,
+                                       "rotation", p->rotation,
+                                       "rotate_every_s", (json_int_t)p->rotate_every_s,
+                                       "sessions", (json_int_t)p->sessions,
+                                       "api_url", p->api_url,
+                                       "password", p->password ? "[redacted]" : "",
+                                       "api_key", p->api_key ? "[redacted]" : "");
+                json_t *cs = json_array();
+                for (size_t k = 0; k < p->countries.n; k++)
+                    json_array_append_new(cs, json_string(p->countries.v[k]));
+                json_object_set_new(po, "countries", cs);
+                json_array_append_new(v, po);
+            }
         } else if (o->type == CFG_STR)
             v = json_string(*(char *const *)field);
         else if (o->type == CFG_INT)
@@ -613,7 +865,7 @@ void cfg_doc_markdown(FILE *fp)
         if (o->type == CFG_INT)
             snprintf(range, sizeof(range), "%lld..%lld", (long long)o->vmin,
                      (long long)o->vmax);
-        static const char *tn[] = {"int", "bool", "string", "list"};
+        static const char *tn[] = {"int", "bool", "string", "list", "providers"};
         fprintf(fp, "| `%s` | `DEDUPD_%s` | %s | `%s` | %s | %s | %s%s |\n",
                 o->name, env, tn[o->type], o->vdef, range, o->unit, o->desc,
                 (o->flags & CFG_F_SECRET) ? " (secret: never logged)" : "");

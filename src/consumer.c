@@ -476,6 +476,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .body = j->req.body,
         .body_len = j->req.body_len,
         .safe = j->safe,
+        .country = j->country,
         .deadline_ms = now_ms() + budget,
         .opaque = o,
     };

@@ -3,7 +3,9 @@
 #include "fetch.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <curl/curl.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +32,15 @@ struct session {
     uint64_t uses;
     uint64_t errors;
     int active;              /* transfers running through it */
+    /* provider sessions (NULL provider: a plain exit of proxy.exits) */
+    const struct cfg_provider *provider;
+    char country[3];         /* upper-case, "" = any */
+    char sid[48];            /* session id in the username / provider API */
+    unsigned gen;            /* bumped when the session is retired */
+    char *username;          /* filled template (owned) */
+    int64_t created_at_ms;
+    uint64_t errors_in_row;
+    uint64_t uses_since_new;
 };
 
 struct cidr {
@@ -52,6 +63,7 @@ struct xfer {
     unsigned char *body;
     size_t body_len;
     bool safe;
+    char country[3];
     int64_t deadline_ms;
     void *opaque;
     /* progress */
@@ -279,6 +291,253 @@ static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose,
     return socket(addr->family, addr->socktype, addr->protocol);
 }
 
+
+/* ---- provider sessions ----------------------------------------------------- */
+
+/* Fill a provider's username template: {user}, {session}, {country}
+ * (lower-case, as providers write it in usernames: "cc-us"). */
+static char *fill_username(const struct cfg_provider *p, const char *sid,
+                           const char *country)
+{
+    char out[1024];
+    size_t n = 0;
+    for (const char *t = p->username; *t && n + 1 < sizeof(out);) {
+        const char *val = NULL;
+        size_t skip = 0;
+        char cc[3] = {0};
+        if (!strncmp(t, "{user}", 6))
+            val = p->user ? p->user : "", skip = 6;
+        else if (!strncmp(t, "{session}", 9))
+            val = sid, skip = 9;
+        else if (!strncmp(t, "{country}", 9)) {
+            cc[0] = (char)tolower((unsigned char)country[0]);
+            cc[1] = country[0] ? (char)tolower((unsigned char)country[1]) : 0;
+            val = cc, skip = 9;
+        }
+        if (val) {
+            for (; *val && n + 1 < sizeof(out); val++)
+                out[n++] = *val;
+            t += skip;
+        } else
+            out[n++] = *t++;
+    }
+    out[n] = '\0';
+    return strdup(out);
+}
+
+/* libcurl before 8.8.0 URL-decodes CURLOPT_PROXYUSERNAME and
+ * CURLOPT_PROXYPASSWORD (curl issue 13265), so "%41" would reach the proxy as
+ * "A".  On those versions every byte outside RFC 3986 unreserved is
+ * percent-encoded, which that decoding turns back into the exact bytes. */
+static char *cred_for_curl(const char *v)
+{
+    static int must_encode = -1;
+    if (must_encode < 0) {
+        const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
+        must_encode = vi->version_num < 0x080800;
+    }
+    if (!must_encode)
+        return strdup(v);
+    size_t n = strlen(v);
+    char *out = malloc(n * 3 + 1), *o = out;
+    if (!out)
+        abort();
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
+            *o++ = (char)*p;
+        else
+            o += sprintf(o, "%%%02X", *p);
+    }
+    *o = '\0';
+    return out;
+}
+
+static void session_name(struct session *s)
+{
+    if (s->country[0])
+        snprintf(s->name, sizeof(s->name), "%s:%s:%s", s->provider->name,
+                 s->country, s->sid);
+    else
+        snprintf(s->name, sizeof(s->name), "%s:%s", s->provider->name, s->sid);
+}
+
+/* Call the provider API (bearer key): GET /sessions or POST
+ * /session/{id}/rotate.  Returns the JSON body (caller frees) or NULL.
+ * Synchronous: a rotation takes one loopback-or-LAN round trip. */
+static char *provider_api(const struct cfg_provider *p, const char *method,
+                          const char *path, char *err, size_t err_size)
+{
+    CURL *e = curl_easy_init();
+    if (!e)
+        return NULL;
+    char url[1024], auth[1200];
+    snprintf(url, sizeof(url), "%s%s", p->api_url, path);
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
+             p->api_key ? p->api_key : "");
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    struct { char *b; size_t n; } buf = {NULL, 0};
+    FILE *mem = open_memstream(&buf.b, &buf.n);
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, mem);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    if (!strcmp(method, "POST")) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
+    }
+    CURLcode rc = curl_easy_perform(e);
+    long status = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    fclose(mem);
+    curl_slist_free_all(h);
+    memset(auth, 0, sizeof(auth));
+    curl_easy_cleanup(e);
+    if (rc != CURLE_OK || status != 200) {
+        snprintf(err, err_size, "%s %s%s: %s", method, p->api_url, path,
+                 rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP error");
+        if (rc == CURLE_OK)
+            snprintf(err + strlen(err), err_size - strlen(err), " %ld", status);
+        free(buf.b);
+        return NULL;
+    }
+    return buf.b;
+}
+
+/* Set the proxy URL of a provider session from an API exit "host:port". */
+static void session_set_exit(struct session *s, const char *exit_hostport)
+{
+    char url[300];
+    snprintf(url, sizeof(url), "%s://%s",
+             s->provider->http_port ? "http" : "socks5h", exit_hostport);
+    free(s->proxy);
+    s->proxy = strdup(url);
+}
+
+/* Rotate \p s to a fresh exit: through the provider API when it has one, else
+ * by retiring the session id (a new id is a new exit at the provider). */
+static void session_renew(struct fetch *f, struct session *s, const char *why)
+{
+    if (!s->provider)
+        return;
+    s->uses_since_new = 0;
+    s->errors_in_row = 0;
+    s->created_at_ms = now_ms();
+    if (s->provider->api_url[0]) {
+        char path[128], err[256];
+        snprintf(path, sizeof(path), "/session/%s/rotate", s->sid);
+        char *body = provider_api(s->provider, "POST", path, err, sizeof(err));
+        json_t *j = body ? json_loads(body, 0, NULL) : NULL;
+        const char *ex = json_string_value(json_object_get(j, "exit"));
+        if (ex)
+            session_set_exit(s, ex);
+        else
+            log_msg(LOG_WARNING, "fetch", "provider %s: rotate %s failed: %s",
+                    s->provider->name, s->sid, body ? "no exit in answer" : err);
+        json_decref(j);
+        free(body);
+    } else {
+        s->gen++;
+        char base[sizeof(s->sid)];
+        snprintf(base, sizeof(base), "%s", s->sid);
+        char *g = strchr(base, 'g');
+        if (g)
+            *g = '\0';
+        snprintf(s->sid, sizeof(s->sid), "%.32sg%u", base, s->gen);
+        free(s->username);
+        s->username = fill_username(s->provider, s->sid, s->country);
+    }
+    session_name(s);
+    atomic_fetch_add(&f->st_rotations, 0); /* counted by the caller */
+    log_msg(LOG_INFO, "fetch", "session %s renewed (%s)", s->name, why);
+}
+
+/* Build the provider sessions (after the plain exits). */
+static dd_err_t sessions_from_providers(struct fetch *f, char *errstr,
+                                        size_t errstr_size)
+{
+    const struct cfg_providers *ps = &f->cfg->proxy_providers;
+    for (size_t i = 0; i < ps->n; i++) {
+        const struct cfg_provider *p = &ps->v[i];
+        json_t *api = NULL;
+        if (p->api_url[0]) {
+            char err[256];
+            char *body = provider_api(p, "GET", "/sessions", err, sizeof(err));
+            api = body ? json_loads(body, 0, NULL) : NULL;
+            free(body);
+            if (!json_is_array(json_object_get(api, "sessions"))) {
+                dd_errstr_set(errstr, errstr_size,
+                              "provider %s: session list: %s", p->name,
+                              api ? "no \"sessions\" array" : err);
+                json_decref(api);
+                return DD_ERR_INVAL;
+            }
+        }
+        size_t nc = p->countries.n ? p->countries.n : 1;
+        size_t per = api ? json_array_size(json_object_get(api, "sessions"))
+                         : (size_t)p->sessions;
+        for (size_t c = 0; c < nc; c++) {
+            for (size_t k = 0; k < per; k++) {
+                f->sessions = realloc(f->sessions,
+                                      (f->n_sessions + 1) * sizeof(*f->sessions));
+                if (!f->sessions)
+                    abort();
+                struct session *s = &f->sessions[f->n_sessions++];
+                memset(s, 0, sizeof(*s));
+                s->provider = p;
+                s->created_at_ms = now_ms();
+                if (p->countries.n)
+                    snprintf(s->country, sizeof(s->country), "%s",
+                             p->countries.v[c]);
+                if (api) {
+                    json_t *js = json_array_get(json_object_get(api, "sessions"), k);
+                    snprintf(s->sid, sizeof(s->sid), "%s",
+                             json_string_value(json_object_get(js, "id"))
+                                 ? json_string_value(json_object_get(js, "id"))
+                                 : "?");
+                    const char *ex = json_string_value(json_object_get(js, "exit"));
+                    session_set_exit(s, ex ? ex : "0.0.0.0:1");
+                } else {
+                    snprintf(s->sid, sizeof(s->sid), "s%zu", k + 1);
+                    char url[300];
+                    if (p->http_port)
+                        snprintf(url, sizeof(url), "http://%s:%lld", p->gateway,
+                                 (long long)p->http_port);
+                    else
+                        snprintf(url, sizeof(url), "socks5h://%s:%lld", p->gateway,
+                                 (long long)p->socks_port);
+                    s->proxy = strdup(url);
+                }
+                s->username = fill_username(p, s->sid, s->country);
+                session_name(s);
+            }
+        }
+        json_decref(api);
+    }
+    return DD_OK;
+}
+
+/* Retire worn sessions before use (Crawlee SessionPool's rules): too many
+ * uses, too many errors in a row, too old. */
+static void session_check_retire(struct fetch *f, struct session *s, int64_t now)
+{
+    const struct cfg *c = f->cfg;
+    if (!s->provider)
+        return;
+    const char *why = NULL;
+    if (c->fetch_session_max_uses && s->uses_since_new >= (uint64_t)c->fetch_session_max_uses)
+        why = "max uses";
+    else if (c->fetch_session_max_errors &&
+             s->errors_in_row >= (uint64_t)c->fetch_session_max_errors)
+        why = "max errors";
+    else if (c->fetch_session_max_age_ms &&
+             now - s->created_at_ms >= c->fetch_session_max_age_ms)
+        why = "max age";
+    if (why && s->active == 0)
+        session_renew(f, s, why);
+}
+
 /* ---- transfers ----------------------------------------------------------- */
 
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -389,14 +648,22 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
     if (f->n_sessions == 0)
         return -1;
     if (!rotate && x->session >= 0 &&
-        f->sessions[x->session].cooldown_until_ms <= now)
+        f->sessions[x->session].cooldown_until_ms <= now) {
+        session_check_retire(f, &f->sessions[x->session], now);
         return x->session;
+    }
     int best = -1;
     int64_t earliest = INT64_MAX;
     for (size_t k = 0; k < f->n_sessions; k++) {
         size_t i = (f->rr + k) % f->n_sessions;
         struct session *s = &f->sessions[i];
         if (rotate && (int)i == x->session && f->n_sessions > 1)
+            continue;
+        if (x->country[0] && s->provider && s->country[0] &&
+            strcmp(s->country, x->country))
+            continue;
+        if (x->country[0] && !s->country[0] && s->provider &&
+            s->provider->countries.n)
             continue;
         if (s->cooldown_until_ms > now) {
             if (s->cooldown_until_ms < earliest)
@@ -409,6 +676,8 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
     f->rr++;
     if (best < 0)
         *wait_until = earliest == INT64_MAX ? now + 100 : earliest;
+    else
+        session_check_retire(f, &f->sessions[best], now);
     return best;
 }
 
@@ -490,6 +759,20 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
     }
     if (s->proxy) {
         curl_easy_setopt(e, CURLOPT_PROXY, s->proxy);
+        if (s->provider && s->provider->password) {
+            /* Never spliced into the proxy URL (DESIGN.md section 5). */
+            char *u = cred_for_curl(s->username);
+            char *pw = cred_for_curl(s->provider->password);
+            curl_easy_setopt(e, CURLOPT_PROXYUSERNAME, u);
+            curl_easy_setopt(e, CURLOPT_PROXYPASSWORD, pw);
+            memset(pw, 0, strlen(pw));
+            free(u);
+            free(pw);
+        }
+        if (s->provider && !strcmp(s->provider->rotation, "per_request")) {
+            curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+            curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+        }
     } else {
         curl_easy_setopt(e, CURLOPT_PROXY, "");
     }
@@ -532,6 +815,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         x->n_alog++;
     }
     s->uses++;
+    s->uses_since_new++;
     s->active++;
     atomic_fetch_add(&f->st_attempts, 1);
     x->state = XF_RUNNING;
@@ -666,6 +950,10 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &dl);
     atomic_fetch_add(&f->st_bytes, (uint64_t)dl);
     bool proxied = s->proxy != NULL;
+    if (res == CURLE_OK && status < 500 && !is_blocked(f, status) && status != 407)
+        s->errors_in_row = 0;
+    else
+        s->errors_in_row++;
     char err[CURL_ERROR_SIZE + 64];
     snprintf(err, sizeof(err), "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
 
@@ -682,7 +970,18 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             log_msg(LOG_INFO, "fetch",
                     "HTTP %ld from %s through %s: session cools down %lld ms",
                     status, x->orig_url, s->name, (long long)delay);
-            if (f->n_sessions > 1 &&
+            if (s->provider && s->provider->api_url[0] && s->active == 0 &&
+                (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
+                /* The provider moves this session to another exit: the op
+                 * keeps its session (and the old exit's cooldown no longer
+                 * applies); a fresh tunnel follows. */
+                session_renew(f, s, "blocked status");
+                s->cooldown_until_ms = 0;
+                x->rotations++;
+                x->fresh_connect = true;
+                atomic_fetch_add(&f->st_rotations, 1);
+                metrics_add(METRICS_ROTATIONS, 1);
+            } else if (f->n_sessions > 1 &&
                 (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
                 int64_t wait_until = 0;
                 int next = session_pick(f, x, true, now, &wait_until);
@@ -949,16 +1248,23 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
     f->rnd = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull | 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->done_cond, NULL);
-    size_t n = cfg->proxy_exits.n ? cfg->proxy_exits.n : 1;
-    f->sessions = calloc(n, sizeof(*f->sessions));
-    f->n_sessions = n;
+    /* Sessions: each plain exit, then the provider sessions; none = direct. */
+    f->sessions = calloc(cfg->proxy_exits.n + 1, sizeof(*f->sessions));
+    f->n_sessions = cfg->proxy_exits.n;
     for (size_t i = 0; i < cfg->proxy_exits.n; i++) {
         f->sessions[i].proxy = strdup(cfg->proxy_exits.v[i]);
         snprintf(f->sessions[i].name, sizeof(f->sessions[i].name), "%s",
                  cfg->proxy_exits.v[i]);
     }
-    if (!cfg->proxy_exits.n)
+    dd_err_t perr = sessions_from_providers(f, errstr, errstr_size);
+    if (perr) {
+        fetch_destroy(f);
+        return perr;
+    }
+    if (!f->n_sessions) {
+        f->n_sessions = 1;
         snprintf(f->sessions[0].name, sizeof(f->sessions[0].name), "direct");
+    }
     f->allow = calloc(cfg->fetch_allow_targets.n + 1, sizeof(*f->allow));
     for (size_t i = 0; i < cfg->fetch_allow_targets.n; i++) {
         if (!parse_cidr(cfg->fetch_allow_targets.v[i], &f->allow[i])) {
@@ -1009,8 +1315,10 @@ void fetch_destroy(struct fetch *f)
     for (size_t i = 0; i < f->done_n; i++)
         fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
     free(f->done);
-    for (size_t i = 0; i < f->n_sessions; i++)
+    for (size_t i = 0; i < f->n_sessions; i++) {
         free(f->sessions[i].proxy);
+        free(f->sessions[i].username);
+    }
     free(f->sessions);
     free(f->allow);
     free(f->blocked);
@@ -1041,6 +1349,8 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
         x->body_len = req->body_len;
     }
     x->safe = req->safe;
+    if (req->country)
+        snprintf(x->country, sizeof(x->country), "%s", req->country);
     x->deadline_ms = req->deadline_ms;
     x->opaque = req->opaque;
     x->session = -1;

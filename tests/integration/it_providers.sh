@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Proxy providers (DESIGN.md section 5), checked on the wire:
+#   - credentials reach the proxy byte for byte whatever they hold (@ : % /
+#     space, non-ASCII, "%41" that libcurl < 8.8 would decode to "A"): squid with
+#     basic auth (its access log names the user) and dante with a system user
+#   - a provider with an API: a 429 rotates the session through the API
+#     (POST /session/{id}/rotate, in the stand-in's log) and the job completes
+#   - no credential byte string appears in logs, results or metrics
+source "$(dirname "$0")/lib.sh"
+export DEDUPD_PROXY__EXITS=
+pw1=$(cat "$SQUID_PASSWORD_FILE"); pw2=$(cat "$SQUID_PASSWORD2_FILE")
+spw1=$(cat "$SOCKS_AUTH_PASSWORD_FILE"); spw2=$(cat "$SOCKS_AUTH_PASSWORD2_FILE")
+apikey=$(cat "$PROVIDER_API_KEY_FILE")
+
+# run_with PROVIDERS_JSON N TAG: a config with these providers, N jobs.
+run_with() {
+  jq --argjson p "$1" '.proxy = {providers: $p} | .fetch.allow_targets = ["127.0.0.1/32"]' "$CFG" > "$WORK/cfg.json"
+  awk -v n="$2" -v t="$T-$3" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES" | jq -Rc '{url: .}' > "$WORK/jobs.$3"
+  "$DEDUPD" submit -c "$WORK/cfg.json" "$WORK/jobs.$3" > /dev/null 2>>"$WORK/submit.log"
+  "$DEDUPD" run -c "$WORK/cfg.json" --exit-when-idle 2500 --stats-json 2>>"$WORK/run.log"
+}
+origin_count() { # origin_count TAG CLIENT_ADDR: 200s for this tag from that address
+  grep -F "t=$T-$1" "$ORIGIN_ACCESS_LOG" | awk -v a="$2" '$1 == a && $(NF-1) == 200' | wc -l
+}
+
+# 1. squid, user 1 and user 2 (the one with "%41" in its name).
+for u in 1 2; do
+  if [ $u = 1 ]; then user=$SQUID_USER; pf=$SQUID_PASSWORD_FILE; else user=$SQUID_USER2; pf=$SQUID_PASSWORD2_FILE; fi
+  prov=$(jq -nc --arg u "$user" --arg pf "$pf" '[{name: "squid", gateway: "127.0.0.5", http_port: 13128, username: "{user}", user: $u, password_file: $pf, sessions: 2}]')
+  stats=$(run_with "$prov" 5 "squid$u")
+  expect_eq "$(jq .results <<<"$stats")" 5 "squid user $u: results"
+  expect_eq "$(jq .failed <<<"$stats")" 0 "squid user $u: failed"
+  expect_eq "$(origin_count "squid$u" 127.0.0.5)" 5 "squid user $u: origin 200s from the squid exit"
+  n=$(grep -F "t=$T-squid$u" "$SQUID_ACCESS_LOG" | grep -cF " $user " || true)
+  expect_eq "$n" 5 "squid log names user '$user' exactly"
+done
+
+# 2. dante with a system user (RFC 1929), both users.
+for u in 1 2; do
+  if [ $u = 1 ]; then user=$SOCKS_AUTH_USER; pf=$SOCKS_AUTH_PASSWORD_FILE; else user=$SOCKS_AUTH_USER2; pf=$SOCKS_AUTH_PASSWORD2_FILE; fi
+  prov=$(jq -nc --arg u "$user" --arg pf "$pf" '[{name: "dante", gateway: "127.0.0.6", socks_port: 11081, username: "{user}", user: $u, password_file: $pf}]')
+  stats=$(run_with "$prov" 3 "socks$u")
+  expect_eq "$(jq .results <<<"$stats")" 3 "dante user $u: results"
+  expect_eq "$(origin_count "socks$u" 127.0.0.6)" 3 "dante user $u: origin 200s from the SOCKS exit"
+done
+
+# 3. A provider with a session API: sessions on the tinyproxy exits, one of them
+# throttled by the origin; 429s rotate sessions through the API.
+rot_before=$(grep -c 'rotate 200' "$PROVIDER_API_LOG" || true)
+prov=$(jq -nc --arg url "$PROVIDER_API_URL" --arg kf "$PROVIDER_API_KEY_FILE" '[{name: "api", gateway: "127.0.0.1", http_port: 1, api_url: $url, api_key_file: $kf}]')
+stats=$(run_with "$prov" 120 "api")
+echo "provider API run: $stats"
+expect_eq "$(jq .results <<<"$stats")" 120 "provider API: results"
+expect_eq "$(jq .failed <<<"$stats")" 0 "provider API: failed"
+rot_after=$(grep -c 'rotate 200' "$PROVIDER_API_LOG" || true)
+n429=$(grep -F "t=$T-api" "$ORIGIN_ACCESS_LOG" | awk '$(NF-1) == 429' | wc -l)
+echo "429 answers: $n429, rotations through the API: $((rot_after - rot_before))"
+if [ "$n429" -gt 0 ]; then
+  [ "$rot_after" -gt "$rot_before" ] || fail "429s but no rotation through the provider API"
+  ok "429s led to rotations through the provider API"
+fi
+expect_eq "$(grep -F "t=$T-api" "$ORIGIN_ACCESS_LOG" | awk '$(NF-1) == 200' | wc -l)" 120 "provider API: origin 200s, one per job"
+
+# 4. No credential byte string anywhere we write.
+"$DEDUPD" tail -c "$WORK/cfg.json" --exit-when-idle 1500 > "$WORK/results.ndjson" 2>>"$WORK/tail.log"
+"$DEDUPD" config -c "$WORK/cfg.json" --dump > "$WORK/dump.json"
+for f in "$WORK/run.log" "$WORK/submit.log" "$WORK/tail.log" "$WORK/results.ndjson" "$WORK/dump.json"; do
+  for secret in "$pw1" "$pw2" "$spw1" "$spw2" "$apikey"; do
+    if grep -qF -- "$secret" "$f"; then fail "a credential appears in $(basename "$f")"; fi
+  done
+done
+ok "no credential in logs, results or config --dump"
