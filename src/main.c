@@ -66,6 +66,8 @@ static const char *usage_text =
     "  key     [-c FILE] JOB.json|-   show canonical request, op_id, hashes\n"
     "  inspect -c FILE OP_ID [--json]     the op record and its attempts\n"
     "  forget  -c FILE OP_ID              drop an op: its next job is fetched again\n"
+    "  redrive -c FILE [--dry-run] [--all]  DLQ records back to the jobs topic\n"
+    "          (valid ones re-keyed by op_id; still-invalid ones kept unless --all)\n"
     "  topics  -c FILE [--partitions N] [--shadow]   create the configured\n"
     "          topics (--shadow: the shadow.* output topics of run --shadow)\n"
     "  config  -c FILE --dump | --doc\n"
@@ -808,6 +810,172 @@ static int cmd_forget(int argc, char **argv)
     return rc;
 }
 
+
+/* ---- redrive -------------------------------------------------------------- */
+
+static long redrive_acked, redrive_failed;
+
+static void redrive_dr(void *opaque, dd_err_t err, const char *errtext,
+                       int32_t partition, int64_t offset)
+{
+    (void)opaque, (void)partition, (void)offset;
+    if (err) {
+        redrive_failed++;
+        fprintf(stderr, "dedupd: redrive: delivery failed: %s\n", errtext);
+    } else
+        redrive_acked++;
+}
+
+/* `dedupd redrive`: send the DLQ's records back to the jobs topic, after an
+ * operator fixed their cause.  Valid jobs are re-keyed by op_id (with the
+ * dedupd-op-id / dedupd-request-hash headers); records that still do not parse
+ * are left in the DLQ (reported, not sent) unless --all.  Reads the DLQ with
+ * its own consumer group (redrive.group_id is "dedupd-redrive"), so each
+ * record is redriven once; --dry-run only reports. */
+static int cmd_redrive(int argc, char **argv)
+{
+    static const struct option lo[] = {{"config", required_argument, 0, 'c'},
+                                       {"dry-run", no_argument, 0, 'n'},
+                                       {"all", no_argument, 0, 'a'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    const char *path = NULL;
+    bool dry = false, all = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 'n': dry = true; break;
+        case 'a': all = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    struct cfg *cfg = load_cfg(path);
+    if (!cfg)
+        return EXIT_USAGE;
+    struct job_conf jc;
+    job_conf_from(cfg, &jc);
+    char e[DD_ERRSTR_SIZE], group[300];
+    snprintf(group, sizeof(group), "%s-redrive", cfg->group_id);
+    const char *fixed[] = {"group.id", group,
+                           "auto.offset.reset", "earliest",
+                           "enable.partition.eof", "true",
+                           "enable.auto.commit", "false", NULL};
+    rd_kafka_conf_t *kc = NULL;
+    struct producer *p = NULL;
+    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e)) ||
+        (!dry && producer_new(cfg, redrive_dr, &p, e, sizeof(e)))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        if (kc)
+            rd_kafka_conf_destroy(kc);
+        cfg_destroy(cfg);
+        return EXIT_USAGE;
+    }
+    char ke[512];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    if (!rk) {
+        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
+        rd_kafka_conf_destroy(kc);
+        producer_destroy(p);
+        cfg_destroy(cfg);
+        return EXIT_RUNTIME;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(t, cfg->topic_dlq, RD_KAFKA_PARTITION_UA);
+    rd_kafka_subscribe(rk, t);
+    rd_kafka_topic_partition_list_destroy(t);
+    long seen = 0, sent = 0, kept = 0, eofs = 0;
+    int64_t last = now_ms();
+    int rc = 0;
+    while (run) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m) {
+            if (eofs > 0 && now_ms() - last >= 2000)
+                break;
+            if (now_ms() - last >= 30000) {
+                fprintf(stderr, "dedupd: redrive: nothing from %s in 30 s\n",
+                        cfg->topic_dlq);
+                break;
+            }
+            continue;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            eofs++;
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if (m->err) {
+            fprintf(stderr, "dedupd: redrive: %s\n", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        last = now_ms();
+        seen++;
+        struct job *job = NULL;
+        char key[JOB_OP_ID_MAX + 80];
+        struct producer_header h[2];
+        size_t nh = 0;
+        if (job_parse(&jc, m->payload ? m->payload : "", m->len, &job, e,
+                      sizeof(e)) == DD_OK) {
+            snprintf(key, sizeof(key), "%s", job->op_id);
+            h[0] = (struct producer_header){"dedupd-op-id", job->op_id};
+            h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
+            nh = 2;
+        } else if (all) {
+            snprintf(key, sizeof(key), "%.*s", (int)(m->key_len < 200 ? m->key_len : 200),
+                     m->key ? (const char *)m->key : "redrive");
+        } else {
+            printf("{\"partition\":%d,\"offset\":%lld,\"kept\":true}\n",
+                   (int)m->partition, (long long)m->offset);
+            fprintf(stderr, "dedupd: redrive: %s/%d/%lld still invalid (%s): kept\n",
+                    cfg->topic_dlq, (int)m->partition, (long long)m->offset, e);
+            kept++;
+            rd_kafka_commit_message(rk, m, 0);
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        if (!dry) {
+            if (producer_send(p, cfg->topic_jobs, key, strlen(key), m->payload,
+                              m->len, h, nh, NULL, e, sizeof(e))) {
+                fprintf(stderr, "dedupd: redrive: %s\n", e);
+                rc = EXIT_RUNTIME;
+                job_destroy(job);
+                rd_kafka_message_destroy(m);
+                break;
+            }
+            producer_poll(p, 0);
+            /* Commit the DLQ position only once the job is back. */
+            if (producer_flush(p, 30000)) {
+                fprintf(stderr, "dedupd: redrive: not acknowledged in 30 s\n");
+                rc = EXIT_RUNTIME;
+                job_destroy(job);
+                rd_kafka_message_destroy(m);
+                break;
+            }
+            rd_kafka_commit_message(rk, m, 0);
+        }
+        printf("{\"partition\":%d,\"offset\":%lld,\"key\":\"%s\",\"redriven\":%s}\n",
+               (int)m->partition, (long long)m->offset, job ? job->op_id : "",
+               dry ? "false" : "true");
+        sent++;
+        job_destroy(job);
+        rd_kafka_message_destroy(m);
+    }
+    fflush(stdout);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    producer_destroy(p);
+    fprintf(stderr, "dedupd: redrive: %ld DLQ records, %ld %s, %ld kept (still "
+                    "invalid), %ld failed\n",
+            seen, sent, dry ? "would be redriven" : "redriven", kept, redrive_failed);
+    cfg_destroy(cfg);
+    if (!rc && redrive_failed)
+        rc = EXIT_RUNTIME;
+    return rc;
+}
+
 /* ---- config, version ------------------------------------------------------ */
 
 static int cmd_config(int argc, char **argv)
@@ -878,6 +1046,8 @@ int main(int argc, char **argv)
         rc = cmd_inspect(argc, argv);
     else if (!strcmp(cmd, "forget"))
         rc = cmd_forget(argc, argv);
+    else if (!strcmp(cmd, "redrive"))
+        rc = cmd_redrive(argc, argv);
     else if (!strcmp(cmd, "topics"))
         rc = cmd_topics(argc, argv);
     else if (!strcmp(cmd, "config"))

@@ -27,3 +27,17 @@ expect_eq "$n" 4 "DLQ records name their source topic/partition/offset"
 # The offsets moved on: a second run has nothing to consume.
 stats=$(run_until_idle)
 expect_eq "$(jq .consumed <<<"$stats")" 0 "messages consumed again by a second run"
+
+# A valid job whose dedupd-op-id header contradicts it lands in the DLQ; once
+# "fixed", `dedupd redrive` sends it back keyed by its op_id (still-invalid
+# records stay), and it is processed.
+u=$(pages 3 | tail -n 1)
+printf '{"url":"%s"}' "$u" | kcat -b "$KAFKA_BOOTSTRAP" -P -t "$T.jobs" -k wrong -H dedupd-op-id=wrong
+stats=$(run_until_idle)
+expect_eq "$(jq .invalid <<<"$stats")" 1 "inconsistent op-id header to the DLQ"
+"$DEDUPD" redrive -c "$CFG" > "$WORK/redrive.out" 2> "$WORK/redrive.err"
+expect_eq "$(grep -c '"redriven":true' "$WORK/redrive.out")" 1 "records redriven"
+expect_eq "$(grep -c '"kept":true' "$WORK/redrive.out")" 4 "still-invalid records kept"
+stats=$(run_until_idle)
+expect_eq "$(jq .new <<<"$stats")" 1 "redriven job processed"
+expect_eq "$(jq .invalid <<<"$stats")" 0 "redriven job valid"
