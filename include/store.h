@@ -237,6 +237,30 @@ dd_err_t store_conflict_mark(struct store *store, const char *op_id,
                              size_t errstr_size) DD_WUR;
 
 /**
+ * @brief Read-only: was the conflict (\p op_id, \p request_hash) marked as
+ *        reported (store_conflict_mark) and not expired?  The pipeline reports
+ *        a conflict when this is false and marks it after the broker
+ *        acknowledged the record, so a crash in between re-reports it (at least
+ *        once) rather than losing it.
+ * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO; DD_ERR_FATAL (unknown layout).
+ */
+dd_err_t store_conflict_reported(struct store *store, const char *op_id,
+                                 const char *request_hash, int64_t now_ms,
+                                 bool *reported, char *errstr,
+                                 size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read-only: is \p key present and unexpired in CF "seen"?  `dedupd
+ *        tail` prints a result when this is false and marks the key with
+ *        store_mark_seen() after the line is flushed, so a crash in between
+ *        prints it again (at least once) rather than losing it.
+ * @returns DD_OK; DD_ERR_INVAL (bad key length); DD_ERR_IO; DD_ERR_FATAL.
+ */
+dd_err_t store_seen_contains(struct store *store, const void *key,
+                             size_t key_len, int64_t now_ms, bool *present,
+                             char *errstr, size_t errstr_size) DD_WUR;
+
+/**
  * @brief Generic put-if-absent of \p key with a TTL (CF "seen").
  * @param key      Bytes, 1..STORE_KEY_MAX (borrowed).
  * @param ttl_ms   Time to live from now_ms.

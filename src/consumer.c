@@ -74,7 +74,9 @@ struct outmsg {
     struct opctx *op;     /* OUT_RESULT */
     struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT */
     uint64_t seq;         /* OUT_RESULT, OUT_REPLAY */
-    char *op_id;          /* OUT_REPLAY */
+    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT */
+    char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */
+    struct outmsg *next_conflict;  /* conflict reports in flight */
     int64_t retry_at_ms;
 };
 
@@ -105,6 +107,7 @@ struct pipeline {
     struct outmsg *retry;
     struct blocked *blocked;
     size_t n_blocked;
+    struct outmsg *conflicts_inflight; /* reports not yet acknowledged */
     size_t pending_out;   /* produced, not yet acknowledged */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
@@ -403,9 +406,19 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
         metrics_add(METRICS_DLQ, 1);
         msg_done(pl, m->msg);
         break;
-    case OUT_CONFLICT:
+    case OUT_CONFLICT: {
         metrics_add(METRICS_CONFLICTS_REPORTED, 1);
+        bool first;
+        if (store_conflict_mark(pl->store, m->op_id, m->hash, now_ms(), &first,
+                                e, sizeof(e)))
+            log_msg(LOG_ERR, "store", "%s", e);
+        struct outmsg **pp = &pl->conflicts_inflight;
+        while (*pp && *pp != m)
+            pp = &(*pp)->next_conflict;
+        if (*pp)
+            *pp = m->next_conflict;
         msg_done(pl, m->msg);
+    }
         break;
     }
     out_free(m);
@@ -424,6 +437,15 @@ static void retry_due(struct pipeline *pl)
         } else
             pp = &m->next;
     }
+}
+
+static bool conflict_inflight(struct pipeline *pl, const char *op_id,
+                              const char *hash)
+{
+    for (struct outmsg *m = pl->conflicts_inflight; m; m = m->next_conflict)
+        if (!strcmp(m->op_id, op_id) && !strcmp(m->hash, hash))
+            return true;
+    return false;
 }
 
 /* ---- the claim path ------------------------------------------------------- */
@@ -551,12 +573,18 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
     case STORE_CLAIM_CONFLICT: {
         pl->st->conflicts++;
         metrics_job(METRICS_JOB_CONFLICT);
-        bool first = false;
-        if (store_conflict_mark(pl->store, job->op_id, job->request_hash,
-                                now_ms(), &first, e, sizeof(e))) {
+        /* Report once: not if already reported (marked after the broker's
+         * acknowledgement), nor while a report of the same pair is in flight;
+         * a crash between acknowledgement and mark reports it again. */
+        bool reported = false;
+        if (store_conflict_reported(pl->store, job->op_id, job->request_hash,
+                                    now_ms(), &reported, e, sizeof(e))) {
             log_ctx_msg(LOG_ERR, "store", &lc, "%s", e);
-            first = true; /* better reported twice than never */
+            reported = false; /* better reported twice than never */
         }
+        if (!reported && conflict_inflight(pl, job->op_id, job->request_hash))
+            reported = true;
+        bool first = !reported;
         log_ctx_msg(LOG_NOTICE, "consumer", &lc,
                     "conflict: request_hash %.12s differs from %.12s (first "
                     "seen at %s)%s",
@@ -578,6 +606,10 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
         free(v);
         out_header(m, "dedupd-op-id", job->op_id);
         m->msg = pm;
+        m->op_id = strdup(job->op_id);
+        snprintf(m->hash, sizeof(m->hash), "%s", job->request_hash);
+        m->next_conflict = pl->conflicts_inflight;
+        pl->conflicts_inflight = m;
         job_destroy(job);
         out_send(pl, m);
         return;

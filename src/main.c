@@ -414,20 +414,27 @@ static int cmd_tail(int argc, char **argv)
             fprintf(stderr, "dedupd: tail: %s\n", rd_kafka_message_errstr(m));
         } else if (m->key && m->key_len) {
             last = now_ms();
+            /* Print and flush first, then remember the event_key: a crash in
+             * between prints the result again (at least once), never loses
+             * it. */
             bool seen = false;
-            if (store_mark_seen(store, m->key, m->key_len, cfg->tail_ttl_ms,
-                                now_ms(), &seen, e, sizeof(e))) {
+            dd_err_t err = store_seen_contains(store, m->key, m->key_len,
+                                               now_ms(), &seen, e, sizeof(e));
+            if (!err && !seen) {
+                fwrite(m->payload, 1, m->len, stdout);
+                fputc('\n', stdout);
+                fflush(stdout);
+                printed++;
+                err = store_mark_seen(store, m->key, m->key_len,
+                                      cfg->tail_ttl_ms, now_ms(), &seen, e,
+                                      sizeof(e));
+            } else if (!err)
+                dropped++;
+            if (err) {
                 fprintf(stderr, "dedupd: tail: %s\n", e);
                 rc = EXIT_RUNTIME;
                 rd_kafka_message_destroy(m);
                 break;
-            }
-            if (seen)
-                dropped++;
-            else {
-                fwrite(m->payload, 1, m->len, stdout);
-                fputc('\n', stdout);
-                printed++;
             }
         }
         rd_kafka_message_destroy(m);

@@ -1075,9 +1075,11 @@ static dd_err_t idx_open(struct store *s, size_t max_bytes, char *errstr,
     uint64_t max_cap = max_bytes / sizeof(struct idx_slot) / IDX_SEGS;
     if (max_cap < IDX_MIN_SLOTS)
         max_cap = IDX_MIN_SLOTS;
-    /* room for the stored ops (an estimate that counts overwritten versions
-     * too) at load 4/5, so that the rebuild rarely rehashes */
-    uint64_t cap = ops_estimate(s) * 5 / 4 / IDX_SEGS + 64;
+    /* RocksDB's estimate counts overwritten versions too (a claimed, then
+     * completed op is two until compaction): size for half of it, which at
+     * worst costs the rebuild two growths and never a peak of twice the
+     * memory */
+    uint64_t cap = ops_estimate(s) / 2 / IDX_SEGS + 64;
     if (cap > max_cap)
         cap = max_cap;
     for (; s->idx_segs_init < IDX_SEGS; s->idx_segs_init++) {
@@ -2864,4 +2866,68 @@ const char *store_op_state2str(enum store_op_state st)
     case STORE_OP_FAILED: return "failed";
     }
     return "unknown";
+}
+
+/* Is an unexpired record of \p type at \p key in \p cf?  Read-only. */
+static dd_err_t read_present(struct store *s, int cf, enum rec_type type,
+                             const char *key, size_t key_len, int64_t now_ms,
+                             bool *present, char *errstr, size_t errstr_size)
+{
+    char *rerr = NULL;
+    size_t vlen = 0;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[cf], key, key_len, &vlen,
+                               &rerr);
+    if (rerr)
+        return rdb_fail(rerr, "rocksdb_get_cf", cf_names[cf], errstr,
+                        errstr_size);
+    *present = false;
+    if (!val)
+        return DD_OK;
+    struct dec d = {(const unsigned char *)val, vlen, 0, false};
+    int64_t expires_at = 0;
+    dd_err_t err = dec_header(&d, type, &expires_at, cf_names[cf], key, key_len,
+                              errstr, errstr_size);
+    rocksdb_free(val);
+    if (err)
+        return err;
+    *present = !record_expired(expires_at, now_ms);
+    return DD_OK;
+}
+
+dd_err_t store_seen_contains(struct store *s, const void *key, size_t key_len,
+                             int64_t now_ms, bool *present, char *errstr,
+                             size_t errstr_size)
+{
+    if (key_len == 0 || key_len > STORE_KEY_MAX) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_seen_contains: key of %zu bytes (must be 1..%d)",
+                      key_len, STORE_KEY_MAX);
+        return DD_ERR_INVAL;
+    }
+    return read_present(s, CF_SEEN, REC_SEEN, key, key_len, now_ms, present,
+                        errstr, errstr_size);
+}
+
+dd_err_t store_conflict_reported(struct store *s, const char *op_id,
+                                 const char *request_hash, int64_t now_ms,
+                                 bool *reported, char *errstr,
+                                 size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_conflict_reported", op_id, errstr,
+                               errstr_size);
+    if (err)
+        return err;
+    size_t idlen = strlen(op_id), hlen = strlen(request_hash);
+    if (hlen == 0 || hlen > STORE_HASH_LEN) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_conflict_reported(%.64s): request_hash of %zu "
+                      "bytes (must be 1..%d)", op_id, hlen, STORE_HASH_LEN);
+        return DD_ERR_INVAL;
+    }
+    char key[STORE_KEY_MAX + 1 + STORE_HASH_LEN];
+    memcpy(key, op_id, idlen);
+    key[idlen] = '\n';
+    memcpy(key + idlen + 1, request_hash, hlen);
+    return read_present(s, CF_CONFLICTS, REC_CONFLICT, key, idlen + 1 + hlen,
+                        now_ms, reported, errstr, errstr_size);
 }

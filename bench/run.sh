@@ -1,0 +1,493 @@
+#!/usr/bin/env bash
+# bench/run.sh [--quick] [--no-build] [--keep-topics] [--only 1,2,...]
+#
+# The benchmarks of issue 6: each scenario measures dedupd and, in the same
+# run on the same machine, the physical ceiling it is compared with, and prints
+# one Markdown table (id | scenario | dedupd | ceiling | ratio | target |
+# inputs) on stdout; the same rows go as JSON to bench/results/<UTC stamp>.json
+# and bench/results/latest.json ($BENCH_RESULTS_DIR overrides the directory).
+# Progress goes to stderr.
+#
+#   1   replay storm: N jobs already complete in the store are delivered again
+#       (produced again by `dedupd submit`, so they carry the dedupd-op-id /
+#       dedupd-request-hash headers): dedupd run --shadow decisions/s vs
+#       raw_consumer draining the same topic.  Target 0.6.
+#   1b  the same replay produced by `kcat -P` (no headers: every copy takes
+#       the full parse path).  Also: submit vs kcat -P produce rates.
+#   2a  new-claim path: N new jobs fetched from the local nginx origin
+#       (direct): results/s end to end vs curl_multi_bench on the same URLs.
+#   2b  the same vs raw_consumer draining the jobs topic.
+#   3a  through the HTTP exit (tinyproxy 127.0.0.3, not rate-limited) vs
+#       curl_multi_bench through the same exit.  Target 0.9.
+#   3b  through the SOCKS5 exit (dante 127.0.0.4, socks5h).  Target 0.9.
+#   4a..4d  store: build/bench/store_bench (claims/s new and duplicate at each
+#       size against raw RocksDB with the same options; RSS).
+#   5   latency at a fixed offered load the new-claim path sustains
+#       (bench/latency: produced -> result visible), vs one Kafka hop
+#       (produce -> consume) at the same load.
+#   5b  the same at 2k jobs/s (the issue's example load).
+#   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer.
+#   6b  the same with store.sync=false (what the per-op fsync costs).
+#
+# Sizes (full / --quick): replay 1M / 20k jobs; new-claim 20k / 2k; proxy 10k
+# / 1k each; store 1M,10M / 100k keys; latency 200 jobs/s x 30 s / 5 s and
+# 2000 jobs/s x 5 s / 1 s; shadow 100k / 20k.  Override with BENCH_N1, BENCH_N2,
+# BENCH_N3, BENCH_N6, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
+# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS.
+#
+# Every scenario has its own topics (bench.<run>.<scenario>.*, 4 partitions,
+# made by `dedupd topics`), consumer groups and stores (in a temporary
+# directory), deleted at its end (raw_consumer --delete) unless --keep-topics.
+# Exit status: 0 when every row was measured (targets missed are reported, not
+# failed), 1 when a scenario failed (its rows carry "error").
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD_DIR:-$ROOT/build}
+CFG=$ROOT/config/dedupd.json
+RESULTS_DIR=${BENCH_RESULTS_DIR:-$ROOT/bench/results}
+QUICK=0 DO_BUILD=1 KEEP_TOPICS=0 ONLY=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) QUICK=1 ;;
+    --no-build) DO_BUILD=0 ;;
+    --keep-topics) KEEP_TOPICS=1 ;;
+    --only) ONLY=${2:?--only needs a list}; shift ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ "$QUICK" = 1 ]; then
+  N1=${BENCH_N1:-20000} N2=${BENCH_N2:-2000} N3=${BENCH_N3:-1000} N6=${BENCH_N6:-20000}
+  STORE_SIZES=${BENCH_STORE_SIZES:-100000} STORE_DUPS=${BENCH_STORE_DUPS:-200000}
+  LAT_SECONDS=${BENCH_LAT_SECONDS:-5} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-1}
+else
+  N1=${BENCH_N1:-1000000} N2=${BENCH_N2:-20000} N3=${BENCH_N3:-10000} N6=${BENCH_N6:-100000}
+  STORE_SIZES=${BENCH_STORE_SIZES:-1000000,10000000} STORE_DUPS=${BENCH_STORE_DUPS:-2000000}
+  LAT_SECONDS=${BENCH_LAT_SECONDS:-30} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-5}
+fi
+LAT_RATE=${BENCH_LAT_RATE:-200}
+LAT2_RATE=2000
+PARTS=4
+IDLE_MS=1500
+CONC=256      # = dedupd's fetch.max_inflight default
+MAX_HOST=64   # = dedupd's CURLMOPT_MAX_HOST_CONNECTIONS
+
+log() { echo "[bench $(date +%T)] $*" >&2; }
+now() { date +%s.%N; }
+
+log "stack up"
+"$ROOT/scripts/stack.sh" up >&2 || { log "scripts/stack.sh up failed"; exit 1; }
+eval "$("$ROOT/scripts/stack.sh" env)"
+if [ "$DO_BUILD" = 1 ]; then
+  log "build ($BUILD)"
+  { cmake -S "$ROOT" -B "$BUILD" >/dev/null &&
+    cmake --build "$BUILD" -j2 --target dedupd store_bench raw_consumer \
+      curl_multi_bench latency >/dev/null; } || { log "build failed"; exit 1; }
+fi
+DEDUPD=$BUILD/dedupd
+RAW=$BUILD/bench/raw_consumer
+CURLB=$BUILD/bench/curl_multi_bench
+LAT=$BUILD/bench/latency
+STOREB=$BUILD/bench/store_bench
+for b in "$DEDUPD" "$RAW" "$CURLB" "$LAT"; do
+  [ -x "$b" ] || { log "missing $b (build it, or drop --no-build)"; exit 1; }
+done
+read -r -a _exits <<<"$PROXY_EXITS"
+HTTP_EXIT=${BENCH_HTTP_EXIT:-${_exits[1]:-http://127.0.0.3:18888}}
+SOCKS_EXIT=${BENCH_SOCKS_EXIT:-${SOCKS_EXITS%% *}}
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RUN=bench.${STAMP}.$$
+WORK=$(mktemp -d "/tmp/dedupd-bench.XXXXXX")
+ROWS=$WORK/rows.ndjson
+: >"$ROWS"
+cleanup() {
+  if [ "$KEEP_TOPICS" = 0 ] && [ -s "$WORK/topics" ]; then
+    "$RAW" -b "$KAFKA_BOOTSTRAP" --delete "$(sort -u "$WORK/topics" | paste -sd,)" \
+      >/dev/null 2>&1 || true
+  fi
+  [ -n "${BENCH_KEEP_WORK:-}" ] && { log "work dir kept: $WORK"; return; }
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+STARTED=$(date -u +%FT%TZ)
+T_START=$(now)
+log "run $RUN (quick=$QUICK), load $LOAD_BEFORE, work $WORK"
+
+export DEDUPD_BROKER__BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP
+export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
+export DEDUPD_LOG__LEVEL=info
+export DEDUPD_PROXY__EXITS=   # direct unless a scenario sets an exit
+
+# ---- helpers ------------------------------------------------------------------
+
+# use_topics NAME: this scenario's topics (created), group, instance and store.
+use_topics() {
+  local t=$RUN.$1
+  export DEDUPD_TOPICS__JOBS=$t.jobs DEDUPD_TOPICS__RESULTS=$t.results
+  export DEDUPD_TOPICS__CONFLICTS=$t.conflicts DEDUPD_TOPICS__DLQ=$t.dlq
+  export DEDUPD_CONSUMER__GROUP_ID=$t DEDUPD_TAIL__GROUP_ID=$t.tail
+  export DEDUPD_KAFKA__GROUP__INSTANCE__ID=$t DEDUPD_INSTANCE__ID=$t
+  export DEDUPD_STORE__PATH=$WORK/$1/store DEDUPD_TAIL__STORE_PATH=$WORK/$1/tail
+  mkdir -p "$WORK/$1"
+  printf '%s\n' "$t.jobs" "$t.results" "$t.conflicts" "$t.dlq" \
+    "shadow.$t.results" "shadow.$t.conflicts" "shadow.$t.dlq" >>"$WORK/topics"
+  "$DEDUPD" topics -c "$CFG" --partitions $PARTS >/dev/null 2>>"$WORK/$1/topics.log" &&
+    "$DEDUPD" topics -c "$CFG" --partitions $PARTS --shadow >/dev/null 2>>"$WORK/$1/topics.log" ||
+    die "dedupd topics failed: $(tail -n 3 "$WORK/$1/topics.log")"
+}
+# extra_topic NAME: one more topic (4 partitions) through `dedupd topics`.
+extra_topic() {
+  echo "$1" >>"$WORK/topics"
+  DEDUPD_TOPICS__JOBS=$1 "$DEDUPD" topics -c "$CFG" --partitions $PARTS >/dev/null 2>&1 ||
+    die "dedupd topics ($1) failed"
+}
+drop_topics() { # drop_topics NAME...: delete these scenarios' topics now
+  [ "$KEEP_TOPICS" = 1 ] && return 0
+  local list=""
+  for s in "$@"; do list+=$(grep -F "$RUN.$s." "$WORK/topics" | paste -sd, -),; done
+  "$RAW" -b "$KAFKA_BOOTSTRAP" --delete "${list%,}" >/dev/null 2>&1 || true
+}
+die() { echo "$*" >"$WORK/error"; log "ERROR: $*"; exit 1; }
+jget() { jq -er "$1" <<<"$2" 2>/dev/null || echo null; }
+num() { [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; }
+# run_dd LOG [args]: dedupd run until idle; prints the stats JSON line.
+run_dd() {
+  local lg=$1; shift
+  "$DEDUPD" run -c "$CFG" --exit-when-idle "$IDLE_MS" --stats-json "$@" 2>>"$lg" ||
+    die "dedupd run $* failed: $(grep -v '"info"' "$lg" | tail -n 3)"
+}
+submit() { # submit FILE LOG: prints seconds taken
+  local t0 t1
+  t0=$(now)
+  "$DEDUPD" submit -c "$CFG" "$1" >/dev/null 2>>"$2" || die "dedupd submit failed: $(tail -n 2 "$2")"
+  t1=$(now)
+  echo "$t1 - $t0" | bc -l
+}
+raw_drain() { # raw_drain TOPIC: raw_consumer JSON
+  local out
+  out=$("$RAW" -b "$KAFKA_BOOTSTRAP" -t "$1") || die "raw_consumer $1 failed: $out"
+  echo "$out"
+}
+avg_len() { awk '{s += length($0)} END {printf "%.0f", NR ? s / NR : 0}' "$1"; }
+urls_of() { awk -F'"' '{print $4}' "$1"; }
+# row ID SCENARIO DEDUPD CEILING RATIO_MODE TARGET DD_DISPLAY CEIL_DISPLAY INPUTS_JSON DETAIL_JSON
+#   RATIO_MODE: up (dedupd/ceiling: higher is better) | down (ceiling/dedupd)
+row() {
+  local ratio=null
+  if num "$3" && num "$4"; then
+    if [ "$5" = up ]; then ratio=$(jq -n "if $4 > 0 then ($3 / $4 * 1000 | round / 1000) else null end")
+    else ratio=$(jq -n "if $3 > 0 then ($4 / $3 * 1000 | round / 1000) else null end"); fi
+  fi
+  jq -nc --arg id "$1" --arg sc "$2" --argjson d "$(num "$3" && echo "$3" || echo null)" \
+    --argjson c "$(num "$4" && echo "$4" || echo null)" --argjson r "$ratio" \
+    --arg mode "$5" --argjson tg "${6:-null}" --arg dd "$7" --arg cd "$8" \
+    --argjson in "$9" --argjson det "${10:-{\}}" \
+    '{id: $id, scenario: $sc, dedupd: $d, ceiling: $c, ratio: $r, ratio_is:
+      (if $mode == "up" then "dedupd/ceiling" else "ceiling/dedupd" end),
+      target: $tg, meets_target: (if $tg == null or $r == null then null else $r >= $tg end),
+      dedupd_display: $dd, ceiling_display: $cd, inputs: $in, detail: $det}' >>"$ROWS"
+  log "row $1: $7 vs $8 (ratio $ratio)"
+}
+fmt() { printf '%.0f' "$1"; }
+
+# ---- 1: replay storm ----------------------------------------------------------
+s1() {
+  use_topics s1
+  local d=$WORK/s1 t=$RUN.s1
+  log "1: $N1 jobs"
+  "$ROOT/bench/gen_jobs.sh" "$N1" "$t" unique "$ORIGIN_PAGES" >"$d/jobs.ndjson" || die "gen_jobs failed"
+  local jb sub1 sub2 kc st setup replay rawj rep_b raw_b
+  jb=$(avg_len "$d/jobs.ndjson")
+  sub1=$(submit "$d/jobs.ndjson" "$d/submit.log")
+  log "1: submitted in $sub1 s; kcat -P copy"
+  extra_topic "$t.kcat"
+  st=$(now)
+  kcat -b "$KAFKA_BOOTSTRAP" -P -t "$t.kcat" -X compression.type=zstd -X linger.ms=5 \
+    -X enable.idempotence=true -X acks=all <"$d/jobs.ndjson" 2>>"$d/kcat.log" || die "kcat -P failed"
+  kc=$(echo "$(now) - $st" | bc -l)
+  log "1: kcat -P in $kc s; setup pass (shadow, sync off, 20000 in flight: completes the ops)"
+  setup=$(DEDUPD_STORE__SYNC=false DEDUPD_FETCH__MAX_INFLIGHT=20000 run_dd "$d/setup.log" --shadow)
+  [ "$(jget .new "$setup")" = "$N1" ] || die "setup pass: expected $N1 new ops, got: $setup"
+  log "1: replay: submit again"
+  sub2=$(submit "$d/jobs.ndjson" "$d/submit.log")
+  replay=$(run_dd "$d/replay.log" --shadow)
+  [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
+  rawj=$(raw_drain "$t.jobs")
+  local sr kr
+  sr=$(echo "$N1 / $sub1" | bc -l); kr=$(echo "$N1 / $kc" | bc -l)
+  row 1 "replay storm: complete jobs redelivered (submit-tagged: fast path)" \
+    "$(jget .messages_per_second "$replay")" "$(jget .messages_per_second "$rawj")" up 0.6 \
+    "$(fmt "$(jget .messages_per_second "$replay")") decisions/s (fast path $(jget .fast_path "$replay")/$N1)" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer ($(jget .messages "$rawj") msgs)" \
+    "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS \
+        --argjson sr "$(fmt "$sr")" --argjson kr "$(fmt "$kr")" --argjson s2 "$(fmt "$(echo "$N1 / $sub2" | bc -l)")" \
+        '{jobs: $n, job_bytes: $jb, partitions: $p, mode: "run --shadow (own store/group/topics)",
+          produce_submit_per_s: $sr, produce_submit_again_per_s: $s2, produce_kcat_per_s: $kr}')" \
+    "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" '{setup: $a, replay: $b, raw: $c}')"
+  log "1b: replay of the kcat -P copies (no headers)"
+  rep_b=$(DEDUPD_TOPICS__JOBS=$t.kcat DEDUPD_CONSUMER__GROUP_ID=$t.kcat run_dd "$d/replay_b.log" --shadow)
+  [ "$(jget .duplicates "$rep_b")" = "$N1" ] || die "1b replay: expected $N1 duplicates, got: $rep_b"
+  raw_b=$(raw_drain "$t.kcat")
+  row 1b "replay storm, kcat -P copies (no headers: full parse path)" \
+    "$(jget .messages_per_second "$rep_b")" "$(jget .messages_per_second "$raw_b")" up null \
+    "$(fmt "$(jget .messages_per_second "$rep_b")") decisions/s (fast path $(jget .fast_path "$rep_b"))" \
+    "$(fmt "$(jget .messages_per_second "$raw_b")") msg/s raw_consumer" \
+    "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS '{jobs: $n, job_bytes: $jb, partitions: $p, keys: "none"}')" \
+    "$(jq -nc --argjson b "$rep_b" --argjson c "$raw_b" '{replay: $b, raw: $c}')"
+  drop_topics s1
+}
+
+# ---- 2 / 3: new claims fetched (direct, HTTP exit, SOCKS exit) ------------------
+# fetch_case NAME N EXIT(empty = direct) -> sets FC_* variables
+fetch_case() {
+  local name=$1 n=$2 ex=$3
+  use_topics "$name"
+  local d=$WORK/$name t=$RUN.$name
+  "$ROOT/bench/gen_jobs.sh" "$n" "$t" unique "$ORIGIN_PAGES" >"$d/jobs.ndjson" || die "gen_jobs failed"
+  urls_of "$d/jobs.ndjson" >"$d/urls"
+  FC_JB=$(avg_len "$d/jobs.ndjson")
+  submit "$d/jobs.ndjson" "$d/submit.log" >/dev/null
+  log "$name: dedupd run, $n new jobs, exit ${ex:-direct}"
+  FC_STATS=$(DEDUPD_PROXY__EXITS=$ex run_dd "$d/run.log")
+  [ "$(jget .results "$FC_STATS")" = "$n" ] || die "$name: expected $n results, got: $FC_STATS"
+  [ "$(jget .failed "$FC_STATS")" = 0 ] || die "$name: failed fetches: $FC_STATS"
+  FC_RES=$(raw_drain "$t.results")
+  # end to end: results / (last result's CreateTime - first's)
+  FC_E2E=$(jq -n --argjson r "$FC_RES" \
+    'if $r.ts_last_ms > $r.ts_first_ms then $r.messages / (($r.ts_last_ms - $r.ts_first_ms) / 1000) else null end')
+  log "$name: curl_multi_bench, same URLs"
+  local px=()
+  [ -n "$ex" ] && px=(--proxy "$ex")
+  FC_CURL=$("$CURLB" --urls "$d/urls" -c $CONC --max-host $MAX_HOST "${px[@]}" 2>>"$d/curl.log") ||
+    die "$name: curl_multi_bench failed: $FC_CURL $(tail -n 3 "$d/curl.log")"
+  FC_CURL_NOCAP=$("$CURLB" --urls "$d/urls" -c 64 "${px[@]}" 2>>"$d/curl.log" || true)
+  FC_PAGE=$(jq -n --argjson s "$FC_STATS" --argjson n "$n" '$s.bytes / $n | round')
+}
+
+s2() {
+  fetch_case s2 "$N2" ""
+  local rawj
+  rawj=$(raw_drain "$RUN.s2.jobs")
+  local in
+  in=$(jq -nc --argjson n "$N2" --argjson jb "$FC_JB" --argjson pg "$FC_PAGE" --argjson p $PARTS \
+    --argjson c $CONC --argjson mh $MAX_HOST \
+    '{jobs: $n, job_bytes: $jb, page_bytes_avg: $pg, partitions: $p, exit: "direct",
+      curl: "\($c) transfers, max \($mh) per host (dedupd fetch.max_inflight, host cap)", store_sync: true}')
+  local det
+  det=$(jq -nc --argjson s "$FC_STATS" --argjson r "$FC_RES" --argjson c "$FC_CURL" \
+    --argjson c64 "${FC_CURL_NOCAP:-null}" --argjson j "$rawj" \
+    '{dedupd: $s, results_topic: $r, curl: $c, curl_64_nocap: $c64, raw_jobs: $j}')
+  row 2a "new-claim path, direct fetch vs bare libcurl multi" "$FC_E2E" "$(jget .requests_per_second "$FC_CURL")" up null \
+    "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench" "$in" "$det"
+  row 2b "new-claim path, direct fetch vs raw consumer" "$FC_E2E" "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$in" "$det"
+  drop_topics s2
+}
+
+s3() {
+  local id name ex what
+  for id in 3a 3b; do
+    if [ $id = 3a ]; then name=s3http ex=$HTTP_EXIT what="HTTP exit (tinyproxy $HTTP_EXIT)"
+    else name=s3socks ex=$SOCKS_EXIT what="SOCKS5 exit (dante $SOCKS_EXIT)"; fi
+    fetch_case "$name" "$N3" "$ex"
+    local tun=null
+    if [ $id = 3a ]; then
+      tun=$("$CURLB" --urls "$WORK/$name/urls" -c $CONC --max-host $MAX_HOST --proxy "$ex" --tunnel 2>>"$WORK/$name/curl.log" || echo null)
+    fi
+    row $id "through a proxy: $what" "$FC_E2E" "$(jget .requests_per_second "$FC_CURL")" up 0.9 \
+      "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench, same exit" \
+      "$(jq -nc --argjson n "$N3" --argjson jb "$FC_JB" --argjson pg "$FC_PAGE" --argjson p $PARTS \
+          --arg ex "$ex" --argjson c $CONC --argjson mh $MAX_HOST \
+          '{jobs: $n, job_bytes: $jb, page_bytes_avg: $pg, partitions: $p, exit: $ex,
+            proxy_mode: (if ($ex | startswith("http")) then "forward (http:// URLs, no CONNECT: as dedupd sends them)" else "socks5h" end),
+            curl: "\($c) transfers, max \($mh) per host"}')" \
+      "$(jq -nc --argjson s "$FC_STATS" --argjson r "$FC_RES" --argjson c "$FC_CURL" \
+          --argjson c64 "${FC_CURL_NOCAP:-null}" --argjson tun "$tun" \
+          '{dedupd: $s, results_topic: $r, curl: $c, curl_64_nocap: $c64, curl_connect_tunnel: $tun}')"
+    drop_topics "$name"
+  done
+}
+
+# ---- 4: store (store_bench, another engineer's tool) -----------------------------
+s4() {
+  local d=$WORK/s4
+  mkdir -p "$d"
+  [ -x "$STOREB" ] || die "build/bench/store_bench is not built"
+  log "4: store_bench --sizes $STORE_SIZES --dups $STORE_DUPS"
+  "$STOREB" --sizes "$STORE_SIZES" --dups "$STORE_DUPS" --dir "$d" >"$d/out" 2>"$d/err" ||
+    die "store_bench failed (rc $?): $(tail -n 5 "$d/err" "$d/out" | tr '\n' ' ')"
+  # the Markdown table: columns found by their header names
+  local tbl
+  tbl=$(awk -F'|' '
+    function trim(s) { gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
+    /^\| *keys *\|/ { for (i = 2; i < NF; i++) { h = trim($i)
+        if (h ~ /^store new/) cn = i; else if (h ~ /^store dup.*claim_batch/) cd = i
+        else if (h ~ /^RocksDB new/) rn = i; else if (h ~ /^RocksDB dup/) rd = i
+        else if (h ~ /^store RSS/) sr = i; else if (h ~ /^RocksDB RSS/) rr = i
+        else if (h ~ /^index MiB/) ix = i }
+      next }
+    /^\| *[0-9]+ *\|/ && cn && cd && rn && rd {
+      printf "{\"keys\":%s,\"new\":%s,\"dup\":%s,\"raw_new\":%s,\"raw_dup\":%s,\"rss\":\"%s\",\"raw_rss\":\"%s\",\"index\":\"%s\"}\n",
+        trim($2), trim($cn), trim($cd), trim($rn), trim($rd), trim($sr), trim($rr), trim($ix) }' "$d/out")
+  [ -n "$tbl" ] || die "store_bench printed no table I can read: $(head -c 600 "$d/out")"
+  local ids=(4a 4b 4c 4d 4e 4f 4g 4h) k=0 line keys kl head
+  head=$(grep -m1 '^store_bench:' "$d/out" || true)
+  while read -r line; do
+    keys=$(jq -r .keys <<<"$line")
+    kl=$(jq -rn --argjson k "$keys" 'if $k >= 1000000 then "\($k / 1000000)M" elif $k >= 1000 then "\($k / 1000)k" else "\($k)" end')
+    local in
+    in=$(jq -nc --argjson l "$line" --arg h "$head" \
+      '{keys: $l.keys, key_bytes: 32, batch: 1000, store_rss_mib_hwm: $l.rss, rocksdb_rss_mib: $l.raw_rss,
+        index_mib_bytes_per_op: $l.index, store_bench: $h}')
+    row "${ids[$k]}" "store: new claims at $kl keys (durable, sync per batch)" \
+      "$(jq .new <<<"$line")" "$(jq .raw_new <<<"$line")" up null \
+      "$(jq -r .new <<<"$line") claims/s, RSS $(jq -r .rss <<<"$line") MiB" \
+      "$(jq -r .raw_new <<<"$line") RocksDB MultiGet+Put/s, RSS $(jq -r .raw_rss <<<"$line") MiB" "$in" "$line"
+    row "${ids[$((k + 1))]}" "store: duplicate claims at $kl keys" \
+      "$(jq .dup <<<"$line")" "$(jq .raw_dup <<<"$line")" up null \
+      "$(jq -r .dup <<<"$line") decisions/s" "$(jq -r .raw_dup <<<"$line") RocksDB MultiGet/s" "$in" "$line"
+    k=$((k + 2))
+  done <<<"$tbl"
+  cp "$d/out" "$WORK/store_bench.out"
+}
+
+# ---- 5: latency ---------------------------------------------------------------------
+# lat_case NAME RATE SECONDS -> LC_DD (dedupd), LC_HOP (one Kafka hop), LC_STATS
+lat_case() {
+  local name=$1 rate=$2 secs=$3
+  use_topics "$name"
+  local d=$WORK/$name t=$RUN.$name count
+  count=$(jq -n "$rate * $secs | floor")
+  awk '/\.html$/' "$ORIGIN_PAGES" >"$d/pages"
+  log "$name: dedupd run + latency at $rate jobs/s x $secs s"
+  "$DEDUPD" run -c "$CFG" --exit-when-idle 3000 --stats-json >"$d/stats" 2>"$d/run.log" &
+  local pid=$! i=0
+  until grep -q '"assigned [0-9]* partitions' "$d/run.log" 2>/dev/null; do
+    sleep 0.1; i=$((i + 1))
+    if [ $i -gt 300 ] || ! kill -0 $pid 2>/dev/null; then
+      kill $pid 2>/dev/null; die "$name: dedupd never got its partitions: $(tail -n 3 "$d/run.log")"
+    fi
+  done
+  sleep 0.5
+  local drain
+  drain=$(jq -n "$count / 200 + 60 | floor")
+  LC_DD=$("$LAT" -b "$KAFKA_BOOTSTRAP" --jobs "$t.jobs" --results "$t.results" --pages "$d/pages" \
+    --tag "$t" --rate "$rate" --count "$count" --drain-s "$drain" 2>>"$d/latency.log")
+  local rc=$?
+  wait $pid || die "$name: dedupd run failed: $(grep -v '"info"' "$d/run.log" | tail -n 3)"
+  LC_STATS=$(cat "$d/stats")
+  [ $rc = 0 ] || die "$name: latency: not every result came back: $LC_DD $(tail -n 3 "$d/latency.log")"
+  log "$name: one Kafka hop at the same load"
+  extra_topic "$t.hop"
+  LC_HOP=$("$LAT" -b "$KAFKA_BOOTSTRAP" --jobs "$t.hop" --results "$t.hop" --pages "$d/pages" \
+    --tag "$t.hop" --rate "$rate" --count "$count" --drain-s 60 2>>"$d/latency.log") ||
+    die "$name: latency (Kafka hop) failed: $LC_HOP"
+}
+lat_row() { # lat_row ID RATE SECS TITLE
+  local d3 h3
+  d3="p50 $(jget .p50_ms "$LC_DD") / p99 $(jget .p99_ms "$LC_DD") / max $(jget .max_ms "$LC_DD") ms"
+  h3="p50 $(jget .p50_ms "$LC_HOP") / p99 $(jget .p99_ms "$LC_HOP") / max $(jget .max_ms "$LC_HOP") ms (one Kafka hop)"
+  row "$1" "$4" "$(jget .p99_ms "$LC_DD")" "$(jget .p99_ms "$LC_HOP")" down null "$d3" "$h3" \
+    "$(jq -nc --argjson r "$2" --argjson s "$3" --argjson l "$LC_DD" --argjson p $PARTS \
+      '{offered_jobs_per_s: $r, seconds: $s, jobs: $l.sent, achieved_rate: $l.achieved_rate,
+        job_bytes: $l.job_bytes_avg, result_bytes: $l.result_bytes_avg, partitions: $p, exit: "direct",
+        measured: "produce call -> result polled from the results topic; ratio on p99"}')" \
+    "$(jq -nc --argjson a "$LC_DD" --argjson b "$LC_HOP" --argjson s "$LC_STATS" '{dedupd: $a, kafka_hop: $b, dedupd_stats: $s}')"
+}
+s5() {
+  lat_case s5 "$LAT_RATE" "$LAT_SECONDS"
+  lat_row 5 "$LAT_RATE" "$LAT_SECONDS" "latency, new jobs fetched, at $LAT_RATE jobs/s"
+  drop_topics s5
+  lat_case s5b "$LAT2_RATE" "$LAT2_SECONDS"
+  lat_row 5b "$LAT2_RATE" "$LAT2_SECONDS" "latency at $LAT2_RATE jobs/s (above the new-claim capacity: queueing)"
+  drop_topics s5b
+}
+
+# ---- 6: shadow mode on mixed jobs ---------------------------------------------------
+s6() {
+  use_topics s6
+  local d=$WORK/s6 t=$RUN.s6
+  "$ROOT/bench/gen_jobs.sh" "$N6" "$t" mixed "$ORIGIN_PAGES" >"$d/jobs.ndjson" || die "gen_jobs failed"
+  local jb uniq st st_b rawj
+  jb=$(avg_len "$d/jobs.ndjson")
+  uniq=$(sort -u "$d/jobs.ndjson" | wc -l)
+  submit "$d/jobs.ndjson" "$d/submit.log" >/dev/null
+  log "6: shadow run on $N6 jobs ($uniq distinct)"
+  st=$(run_dd "$d/run.log" --shadow)
+  [ "$(jget .new "$st")" = "$uniq" ] || die "6: expected $uniq new, got: $st"
+  rawj=$(raw_drain "$t.jobs")
+  local in
+  in=$(jq -nc --argjson n "$N6" --argjson u "$uniq" --argjson jb "$jb" --argjson p $PARTS \
+    '{jobs: $n, distinct: $u, duplicate_share: (1 - $u / $n | . * 100 | round / 100), job_bytes: $jb,
+      partitions: $p, produced_by: "dedupd submit (headers)"}')
+  row 6 "shadow mode, 50% new / 50% duplicate jobs" "$(jget .messages_per_second "$st")" \
+    "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$(jget .messages_per_second "$st")") msg/s (new $(jget .new "$st"), dup $(jget .duplicates "$st"), fast path $(jget .fast_path "$st"))" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$(jq -c '. + {store_sync: true}' <<<"$in")" \
+    "$(jq -nc --argjson s "$st" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
+  log "6b: same topic, fresh store and group, store.sync=false"
+  st_b=$(DEDUPD_STORE__SYNC=false DEDUPD_STORE__PATH=$d/store-nosync DEDUPD_CONSUMER__GROUP_ID=$t.nosync \
+    run_dd "$d/run_b.log" --shadow)
+  [ "$(jget .new "$st_b")" = "$uniq" ] || die "6b: expected $uniq new, got: $st_b"
+  row 6b "shadow mode, mixed, store.sync=false" "$(jget .messages_per_second "$st_b")" \
+    "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$(jget .messages_per_second "$st_b")") msg/s" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$(jq -c '. + {store_sync: false}' <<<"$in")" \
+    "$(jq -nc --argjson s "$st_b" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
+  drop_topics s6
+}
+
+# ---- run ------------------------------------------------------------------------------
+declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b")
+if [ "$QUICK" = 0 ] && [[ $STORE_SIZES == *,* ]]; then ROWS_OF[4]="4a 4b 4c 4d"; fi
+declare -A TITLE=([1]="replay storm" [2]="new-claim path" [3]="through a proxy" [4]="store"
+  [5]="latency" [6]="shadow mode")
+FAILED=0
+for s in 1 2 3 4 5 6; do
+  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$s,"* ]]; then continue; fi
+  rm -f "$WORK/error"
+  ts=$(now)
+  ( set -e; "s$s" )
+  rc=$?
+  log "scenario $s: $(printf '%.0f' "$(echo "$(now) - $ts" | bc -l)") s, rc $rc"
+  # rows the scenario did not write (it failed): an error row each
+  for id in ${ROWS_OF[$s]}; do
+    if ! jq -e --arg id "$id" 'select(.id == $id)' "$ROWS" >/dev/null 2>&1 ||
+       [ -z "$(jq -c --arg id "$id" 'select(.id == $id)' "$ROWS")" ]; then
+      FAILED=1
+      err=$(cat "$WORK/error" 2>/dev/null || echo "scenario $s failed (rc $rc)")
+      jq -nc --arg id "$id" --arg sc "${TITLE[$s]}" --arg e "$err" \
+        '{id: $id, scenario: $sc, dedupd: null, ceiling: null, ratio: null, target: null,
+          dedupd_display: "ERROR", ceiling_display: "", inputs: {}, detail: {}, error: $e}' >>"$ROWS"
+    fi
+  done
+done
+
+LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
+ELAPSED=$(printf '%.0f' "$(echo "$(now) - $T_START" | bc -l)")
+mkdir -p "$RESULTS_DIR"
+OUT=$RESULTS_DIR/$STAMP.json
+jq -s --arg run "$RUN" --argjson quick "$([ $QUICK = 1 ] && echo true || echo false)" \
+  --arg started "$STARTED" --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" \
+  --argjson el "$ELAPSED" --argjson cpus "$(nproc)" \
+  --arg git "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
+  --arg ver "$("$DEDUPD" version 2>/dev/null | tr '\n' ' ')" \
+  --arg sb "$(cat "$WORK/store_bench.out" 2>/dev/null)" \
+  '{run: $run, quick: $quick, started: $started, elapsed_s: $el, cpus: $cpus,
+    load_before: $lb, load_after: $la, git: $git, versions: $ver, rows: ., store_bench_output: $sb}' \
+  "$ROWS" >"$OUT.tmp" && mv "$OUT.tmp" "$OUT" && cp "$OUT" "$RESULTS_DIR/latest.json"
+
+{
+  echo "dedupd bench $RUN ($([ $QUICK = 1 ] && echo quick || echo full)), $(nproc) CPUs, load $LOAD_BEFORE -> $LOAD_AFTER, ${ELAPSED} s"
+  echo
+  echo "| id | scenario | dedupd | ceiling (same run) | ratio | target | inputs |"
+  echo "|---|---|---|---|---:|---:|---|"
+  jq -r '"| \(.id) | \(.scenario) | \(.dedupd_display)\(if .error then ": " + .error else "" end) | \(.ceiling_display) | \(.ratio // "-") | \(if .target then (.target | tostring) + (if .meets_target then " ok" else " MISSED" end) else "-" end) | \(.inputs | to_entries | map("\(.key)=\(.value)") | join(", ")) |"' "$OUT"
+  echo
+  echo "JSON: $OUT"
+} 2>/dev/null
+[ $FAILED = 0 ]
