@@ -75,9 +75,11 @@ struct store_conf {
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     bool sync;                 /**< fsync the WAL on every write batch */
     size_t index_max_bytes;    /**< bound of the hot index; 0 = 64 MiB
-                                    (about 1.1M op_ids; an op_id costs 40
-                                    to 60 bytes); past it the index is a
-                                    cache only (not complete) until reopen */
+                                    (room for about 1.6M op_ids: 32-byte
+                                    slots filled to 4/5; an op_id costs 40
+                                    to 60 bytes below the bound); past it
+                                    the index is a cache only (not
+                                    complete) until reopen */
 };
 
 enum store_op_state {

@@ -8,7 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 PKGS=(
   build-essential cmake pkg-config
   librdkafka-dev librocksdb-dev libcurl4-openssl-dev libssl-dev libjansson-dev
-  check libsubunit-dev libmicrohttpd-dev
+  check libsubunit-dev libmicrohttpd-dev zlib1g-dev
   nginx-light tinyproxy dante-server squid apache2-utils openssl passwd
   postgresql-doc-15
   kcat jq yq curl procps iproute2 psmisc

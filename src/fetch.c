@@ -75,7 +75,8 @@ struct xfer {
     CURL *easy;
     struct curl_slist *slist;
     char errbuf[CURL_ERROR_SIZE];
-    bool too_large, refused_target;
+    bool too_large, refused_target, headers_too_large;
+    size_t header_bytes;          /* of the current response's header block */
     /* response of the current attempt */
     unsigned char *rbody;
     size_t rlen, rcap;
@@ -116,6 +117,8 @@ struct fetch {
     atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
         st_completed, st_failed;
 };
+
+#define FETCH_MAX_HEADER_BYTES (256 * 1024) /* one response's header block */
 
 static int64_t now_ms(void)
 {
@@ -578,7 +581,15 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
 {
     struct xfer *x = userdata;
     size_t n = size * nitems;
+    /* Our own cap on a header block, below libcurl's (300 KB in 7.88, other
+     * codes in other versions): oversized headers are a protocol failure. */
+    x->header_bytes += n;
+    if (x->header_bytes > FETCH_MAX_HEADER_BYTES) {
+        x->headers_too_large = true;
+        return 0;
+    }
     if (n >= 5 && !strncmp(buf, "HTTP/", 5)) {
+        x->header_bytes = n;
         /* A new header block (after CONNECT, 1xx or a redirect): reset. */
         free(x->retry_after), x->retry_after = NULL;
         free(x->etag), x->etag = NULL;
@@ -605,7 +616,8 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
 static void xfer_reset_response(struct xfer *x)
 {
     x->rlen = 0;
-    x->too_large = x->refused_target = false;
+    x->too_large = x->refused_target = x->headers_too_large = false;
+    x->header_bytes = 0;
     free(x->retry_after), x->retry_after = NULL;
     free(x->etag), x->etag = NULL;
     free(x->last_modified), x->last_modified = NULL;
@@ -861,6 +873,17 @@ static struct fetch_result *result_from(struct xfer *x)
     return r;
 }
 
+/* Failures after the status line whose body is cut short: never publish
+ * that partial body. */
+static bool category_partial(const char *category)
+{
+    return category && (!strcmp(category, "too_large") ||
+                        !strcmp(category, "timeout") ||
+                        !strcmp(category, "connect") ||
+                        !strcmp(category, "protocol") ||
+                        !strcmp(category, "canceled"));
+}
+
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
@@ -878,8 +901,8 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
         atomic_fetch_add(&f->st_failed, 1);
     } else
         atomic_fetch_add(&f->st_completed, 1);
-    if (ok || status) {
-        r->final_url = strdup(x->url);
+    r->final_url = strdup(x->url);
+    if (ok || (status && !category_partial(category))) {
         r->body = x->rbody;
         r->body_len = x->rlen;
         if (r->body)
@@ -965,7 +988,8 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             if (!retry_after_parse(x->retry_after, now,
                                    f->cfg->fetch_retry_after_max_ms, &delay))
                 delay = f->cfg->fetch_cooldown_default_ms;
-            s->cooldown_until_ms = now + delay;
+            if (now + delay > s->cooldown_until_ms)
+                s->cooldown_until_ms = now + delay;
             s->errors++;
             log_msg(LOG_INFO, "fetch",
                     "HTTP %ld from %s through %s: session cools down %lld ms",
@@ -1021,6 +1045,12 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
                            "redirect to a scheme other than http or https");
                     return;
                 }
+                if (url_target_refused(f, loc)) {
+                    finish(f, x, false, status, "forbidden_target",
+                           "redirect to a loopback, link-local or private "
+                           "address not in fetch.allow_targets");
+                    return;
+                }
                 x->redirects++;
                 char *next = strdup(loc);
                 free(x->url);
@@ -1058,6 +1088,33 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     s->errors++;
     const char *cat = "connect";
     bool retry = x->safe, before_send = false, terminal = false;
+    if (x->headers_too_large) {
+        snprintf(err, sizeof(err), "response header block above %d bytes",
+                 FETCH_MAX_HEADER_BYTES);
+        fail_or_retry(f, x, status, "protocol", err, false);
+        return;
+    }
+    if (proxied && connect_code == 407) {
+        /* 407 to CONNECT (https through an HTTP proxy). */
+        finish(f, x, false, 407, "proxy_auth",
+               "the proxy refused the credentials (407 to CONNECT)");
+        return;
+    }
+    if (proxied && connect_code >= 300) {
+        snprintf(err, sizeof(err), "the proxy answered %ld to CONNECT", connect_code);
+        fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
+        return;
+    }
+    if (res == CURLE_PROXY) {
+        long pxerr = 0;
+        curl_easy_getinfo(x->easy, CURLINFO_PROXY_ERROR, &pxerr);
+        if (pxerr == CURLPX_NO_AUTH || pxerr == CURLPX_USER_REJECTED ||
+            pxerr == CURLPX_LONG_USER || pxerr == CURLPX_LONG_PASSWD ||
+            pxerr == CURLPX_IDENTD_DIFFER) {
+            finish(f, x, false, 0, "proxy_auth", err);
+            return;
+        }
+    }
     switch (res) {
     case CURLE_WRITE_ERROR:
         if (x->too_large) {
@@ -1098,6 +1155,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_BAD_CONTENT_ENCODING:
+    case CURLE_OUT_OF_MEMORY: /* 7.88: a header line above its 100 KB limit */
         cat = "protocol", terminal = true;
         break;
     case CURLE_RECV_ERROR:
@@ -1115,7 +1173,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         } else if (proxied && (res == CURLE_PROXY || connect_code >= 400)) {
             cat = "proxy_connect", before_send = true;
         } else
-            cat = "protocol";
+            cat = "protocol", terminal = true;
         break;
     }
     if (terminal)
@@ -1134,7 +1192,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             metrics_add(METRICS_ROTATIONS, 1);
         }
     }
-    fail_or_retry(f, x, 0, cat, err, retry);
+    fail_or_retry(f, x, status, cat, err, retry);
 }
 
 static void launch_ready(struct fetch *f)

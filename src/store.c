@@ -2351,6 +2351,8 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
     if (!next || !ukey || !table || !u || !rd || !order) {
         dd_errstr_set(errstr, errstr_size,
                       "store_claim_batch: out of memory (%zu requests)", n);
+        for (size_t i = 0; i < n; i++)
+            reqs[i].err = DD_ERR_NOMEM;
         err = DD_ERR_NOMEM;
         goto out;
     }
