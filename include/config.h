@@ -80,7 +80,8 @@ struct cfg {
     bool identity_trust_headers;
     int64_t store_index_max_bytes;
     int64_t limits_max_job_bytes, limits_max_result_bytes;
-    char *admin_listen, *api_listen, *api_token;
+    char *admin_listen, *api_listen, *api_token, *api_scope;
+    int64_t api_receipt_ttl_ms;
     int64_t api_max_body_bytes;
     char *log_level;
     char *log_debug;

@@ -120,6 +120,18 @@ struct job_conf {
 dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
                    struct job **out, char *errstr, size_t errstr_size) DD_WUR;
 
+/**
+ * @brief The job of `POST /v1/jobs` under an Idempotency-Key: \p payload with
+ *        "job_key" set to \p job_key and "scope" to \p scope (DESIGN.md
+ *        section 7), as compact JSON to produce and then job_parse().
+ * @param out  Out: the new JSON, free() it.
+ * @returns DD_OK; DD_ERR_PERMANENT (not a JSON object, or its own job_key or
+ *          scope differs: errstr says which; a 400); DD_ERR_NOMEM.
+ */
+dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
+                      const char *scope, char **out, size_t *out_len,
+                      char *errstr, size_t errstr_size) DD_WUR;
+
 /** @brief Free a job; job_destroy(NULL) is a no-op. */
 void job_destroy(struct job *job);
 

@@ -405,6 +405,50 @@ struct store_index_stats {
 /** @brief Copy the hot index counters (any thread). */
 void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
+/* ---- receipts of the submit API (CF "receipts", TTL 24 h by default) ------ */
+
+enum store_receipt_state {
+    STORE_RECEIPT_NEW = 0,      /**< absent: now recorded as pending */
+    STORE_RECEIPT_PENDING = 1,  /**< a submit with this key is in flight */
+    STORE_RECEIPT_DONE = 2,     /**< acknowledged: the receipt is stored */
+};
+
+/**
+ * @brief Begin a submit under Idempotency-Key \p key (IETF httpapi
+ *        idempotency-key draft): put-if-absent of a pending record holding
+ *        \p request_hash.
+ * @param state     Out: NEW (go on and produce), PENDING (another submit with
+ *                  this key is unacknowledged: 409) or DONE (replay *receipt,
+ *                  or 422 when existing_hash differs from request_hash).
+ * @param existing_hash Out: the stored request_hash when not NEW.
+ * @param receipt   Out: the stored receipt JSON when DONE (free()), else NULL.
+ * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO; DD_ERR_FATAL (corrupt record).
+ * @locality any thread.
+ */
+dd_err_t store_receipt_begin(struct store *store, const char *key,
+                             const char *request_hash, int64_t now_ms,
+                             int64_t ttl_ms, enum store_receipt_state *state,
+                             char existing_hash[STORE_HASH_LEN + 1],
+                             char **receipt, char *errstr,
+                             size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Store the receipt of an acknowledged submit (state DONE, TTL from
+ *        \p now_ms).  \p receipt is JSON, at most 4096 bytes.
+ * @returns DD_OK; DD_ERR_INVAL; DD_ERR_NOMEM; DD_ERR_IO.
+ */
+dd_err_t store_receipt_done(struct store *store, const char *key,
+                            const char *request_hash, const char *receipt,
+                            int64_t now_ms, int64_t ttl_ms, char *errstr,
+                            size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Drop a pending receipt whose submit failed, so the client may retry.
+ * @returns DD_OK; DD_ERR_IO.
+ */
+dd_err_t store_receipt_abort(struct store *store, const char *key, char *errstr,
+                             size_t errstr_size) DD_WUR;
+
 /**
  * @brief Compact every column family over its whole range, which runs the TTL
  *        compaction filter (tests, maintenance).

@@ -144,6 +144,12 @@ static const struct cfg_option cfg_options[] = {
      "empty = off."},
     {"api.token", CFG_STR, CFG_OFF(api_token), 0, 0, "", "", CFG_F_SECRET,
      "Bearer token the job API requires; empty = none."},
+    {"api.scope", CFG_STR, CFG_OFF(api_scope), 0, 0, "api", "", 0,
+     "Scope of jobs submitted through POST /v1/jobs with an Idempotency-Key "
+     "(op_id = scope:key)."},
+    {"api.receipt_ttl_ms", CFG_INT, CFG_OFF(api_receipt_ttl_ms), 1000,
+     INT64_C(31536000000), "86400000", "ms", 0,
+     "How long a submit receipt is kept for Idempotency-Key replays (24 h)."},
     {"api.max_body_bytes", CFG_INT, CFG_OFF(api_max_body_bytes), 256,
      INT64_C(104857600), "1048576", "bytes", 0,
      "Largest request body the job API reads (413 beyond)."},

@@ -116,6 +116,7 @@ struct pipeline {
     bool rechecking;      /* claim() of a held message: already counted */
     atomic_bool ready;    /* read by the admin listener */
     struct http *http;
+    struct producer *api_prod; /* POST /v1/jobs, used by the api thread only */
 };
 
 static int64_t now_ms(void)
@@ -1028,16 +1029,148 @@ static int http_op(void *opaque, const char *op_id, char **response_json)
     return status;
 }
 
+/* ---- POST /v1/jobs (api listener thread) ------------------------------------
+ * Idempotency-Key semantics of the IETF httpapi draft (DESIGN.md section 7):
+ * the key is the job's job_key (scope api.scope); the stored response is the
+ * submit receipt; a replay of it for the same payload (request_hash), 409 while
+ * the first submit is unacknowledged, 422 for another payload, 400 for a
+ * malformed key or job.  Produced through the api's own producer, whose delivery
+ * reports this thread serves while it waits. */
+
+struct api_delivery {
+    bool done;
+    dd_err_t err;
+    int32_t partition;
+    int64_t offset;
+    char errtext[128];
+};
+
+static void api_dr(void *opaque, dd_err_t err, const char *errtext,
+                   int32_t partition, int64_t offset)
+{
+    struct api_delivery *d = opaque;
+    d->done = true;
+    d->err = err;
+    d->partition = partition;
+    d->offset = offset;
+    snprintf(d->errtext, sizeof(d->errtext), "%s", errtext ? errtext : "");
+}
+
+static char *api_error(const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+static bool api_key_valid(const char *k)
+{
+    size_t n = strlen(k);
+    if (n == 0 || n > 255)
+        return false;
+    for (; *k; k++)
+        if ((unsigned char)*k < 0x20 || (unsigned char)*k > 0x7e || *k == '"' ||
+            *k == '\\')
+            return false;
+    return true;
+}
+
 static int http_submit(void *opaque, const char *idempotency_key, const void *body,
                        size_t len, char **response_json, char **hname,
                        char **hvalue)
 {
-    (void)opaque, (void)idempotency_key, (void)body, (void)len, (void)hname,
-        (void)hvalue;
-    *response_json = strdup("{\"error\":\"POST /v1/jobs is not available in "
-                            "this version; produce to the jobs topic or use "
-                            "`dedupd submit`\"}");
-    return 501;
+    struct pipeline *pl = opaque;
+    char e[DD_ERRSTR_SIZE];
+    char *keyed = NULL;
+    size_t keyed_len = len;
+    struct job *job = NULL;
+    int status = 500;
+    bool began = false;
+    if (idempotency_key && !api_key_valid(idempotency_key)) {
+        *response_json = api_error("malformed Idempotency-Key: 1..255 printable "
+                                   "ASCII characters, no quote or backslash");
+        return 400;
+    }
+    if (idempotency_key) {
+        if (job_with_key(body, len, idempotency_key, pl->cfg->api_scope, &keyed,
+                         &keyed_len, e, sizeof(e))) {
+            *response_json = api_error(e);
+            return 400;
+        }
+    }
+    const void *payload = keyed ? keyed : body;
+    if (job_parse(&pl->jconf, payload, keyed_len, &job, e, sizeof(e))) {
+        *response_json = api_error(e);
+        status = 400;
+        goto out;
+    }
+    if (idempotency_key) {
+        enum store_receipt_state st;
+        char existing[STORE_HASH_LEN + 1];
+        char *receipt = NULL;
+        if (store_receipt_begin(pl->store, job->op_id, job->request_hash,
+                                now_ms(), pl->cfg->api_receipt_ttl_ms, &st,
+                                existing, &receipt, e, sizeof(e))) {
+            log_msg(LOG_ERR, "http", "POST /v1/jobs: %s", e);
+            *response_json = api_error("receipt store unavailable");
+            status = 503;
+            goto out;
+        }
+        if (st != STORE_RECEIPT_NEW && strcmp(existing, job->request_hash)) {
+            free(receipt);
+            *response_json = api_error("Idempotency-Key reused with a different "
+                                       "payload");
+            status = 422;
+            goto out;
+        }
+        if (st == STORE_RECEIPT_PENDING) {
+            *response_json = api_error("a request with this Idempotency-Key is "
+                                       "in progress");
+            status = 409;
+            goto out;
+        }
+        if (st == STORE_RECEIPT_DONE) {
+            *response_json = receipt;
+            *hname = strdup("Idempotent-Replayed");
+            *hvalue = strdup("true");
+            status = 202;
+            goto out;
+        }
+        began = true;
+    }
+    struct api_delivery d = {0};
+    struct producer_header h[2] = {{"dedupd-op-id", job->op_id},
+                                   {"dedupd-request-hash", job->request_hash}};
+    if (producer_send(pl->api_prod, pl->cfg->topic_jobs, job->op_id,
+                      strlen(job->op_id), payload, keyed_len, h, 2, &d, e,
+                      sizeof(e)) ||
+        producer_flush(pl->api_prod, 15000) || !d.done || d.err) {
+        if (d.done || !e[0])
+            snprintf(e, sizeof(e), "%s", d.done ? d.errtext : "not acknowledged");
+        log_msg(LOG_WARNING, "http", "POST /v1/jobs: produce: %s", e);
+        if (began && store_receipt_abort(pl->store, job->op_id, e, sizeof(e)))
+            log_msg(LOG_ERR, "http", "%s", e);
+        *response_json = api_error("the job could not be queued; retry");
+        status = 503;
+        goto out;
+    }
+    json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "op_id", job->op_id,
+                          "event_key", job->event_key, "request_hash",
+                          job->request_hash, "topic", pl->cfg->topic_jobs,
+                          "partition", (int)d.partition, "offset",
+                          (json_int_t)d.offset);
+    *response_json = json_dumps(r, JSON_COMPACT);
+    json_decref(r);
+    if (began && store_receipt_done(pl->store, job->op_id, job->request_hash,
+                                    *response_json, now_ms(),
+                                    pl->cfg->api_receipt_ttl_ms, e, sizeof(e)))
+        log_msg(LOG_ERR, "http", "POST /v1/jobs: receipt: %s", e);
+    status = 202;
+out:
+    job_destroy(job);
+    free(keyed);
+    return status;
 }
 
 /* Gauges, once a second: ops in flight, outbox, index, consumer lag. */
@@ -1130,6 +1263,11 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     err = producer_new(cfg, dr_cb, &pl->prod, errstr, errstr_size);
     if (err)
         goto out;
+    if (cfg->api_listen[0]) {
+        err = producer_new(cfg, api_dr, &pl->api_prod, errstr, errstr_size);
+        if (err)
+            goto out;
+    }
     {
         struct http_conf hc = {
             .admin_listen = cfg->admin_listen,
@@ -1336,6 +1474,9 @@ out:
         out_free(m);
     }
     http_destroy(pl->http);
+    if (pl->api_prod && producer_flush(pl->api_prod, 5000))
+        log_msg(LOG_WARNING, "http", "api producer: messages unacknowledged at exit");
+    producer_destroy(pl->api_prod);
     producer_destroy(pl->prod);
     store_close(pl->store);
     for (size_t i = 0; i < pl->n_parts; i++)

@@ -1025,3 +1025,40 @@ bool job_is_credential_header(const struct job_conf *conf, const char *name)
     return conf && conf->credential_headers &&
            in_list(name, conf->credential_headers, conf->n_credential_headers);
 }
+
+dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
+                      const char *scope, char **out, size_t *out_len,
+                      char *errstr, size_t errstr_size)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(payload, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root || !json_is_object(root)) {
+        dd_errstr_set(errstr, errstr_size, "the body is not a JSON object%s%s",
+                      root ? "" : ": ", root ? "" : jerr.text);
+        json_decref(root);
+        return DD_ERR_PERMANENT;
+    }
+    const char *own = json_string_value(json_object_get(root, "job_key"));
+    if (own && strcmp(own, job_key)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "field 'job_key' differs from the Idempotency-Key header");
+        json_decref(root);
+        return DD_ERR_PERMANENT;
+    }
+    const char *own_scope = json_string_value(json_object_get(root, "scope"));
+    if (own_scope && strcmp(own_scope, scope)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "field 'scope' differs from the API's scope '%s'", scope);
+        json_decref(root);
+        return DD_ERR_PERMANENT;
+    }
+    json_object_set_new(root, "job_key", json_string(job_key));
+    json_object_set_new(root, "scope", json_string(scope));
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!s)
+        return DD_ERR_NOMEM;
+    *out = s;
+    *out_len = strlen(s);
+    return DD_OK;
+}

@@ -82,6 +82,7 @@ enum rec_type {
     REC_CONFLICT = 3,
     REC_SEEN = 4,
     REC_ATTEMPT = 5,
+    REC_RECEIPT = 6,
 };
 
 enum store_cf {
@@ -92,11 +93,13 @@ enum store_cf {
     CF_SEEN,
     CF_META,
     CF_ATTEMPTS,
+    CF_RECEIPTS,
     CF_N
 };
 
 static const char *const cf_names[CF_N] = {
     "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
+    "receipts",
 };
 
 static const char META_LAYOUT_KEY[] = "layout_version";
@@ -1315,7 +1318,7 @@ static void set_options(struct store *s, const struct store_conf *conf)
 static bool is_ttl_cf(int i)
 {
     return i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS
-           || i == CF_SEEN;
+           || i == CF_SEEN || i == CF_RECEIPTS;
 }
 
 /* Open with our CFs plus any a newer layout added (so its meta is readable). */
@@ -2932,4 +2935,126 @@ dd_err_t store_conflict_reported(struct store *s, const char *op_id,
     memcpy(key + idlen + 1, request_hash, hlen);
     return read_present(s, CF_CONFLICTS, REC_CONFLICT, key, idlen + 1 + hlen,
                         now_ms, reported, errstr, errstr_size);
+}
+
+/* ---- receipts of the submit API (CF "receipts") ---------------------------
+ * value: header, u8 state (1 pending, 2 done), str request_hash, str receipt */
+
+#define RECEIPT_MAX 4096
+
+dd_err_t store_receipt_begin(struct store *s, const char *key,
+                             const char *request_hash, int64_t now_ms,
+                             int64_t ttl_ms, enum store_receipt_state *state,
+                             char existing_hash[STORE_HASH_LEN + 1],
+                             char **receipt, char *errstr, size_t errstr_size)
+{
+    size_t klen = strlen(key), hlen = strlen(request_hash);
+    if (klen == 0 || klen > STORE_KEY_MAX || hlen == 0 || hlen > STORE_HASH_LEN) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_receipt_begin: key of %zu bytes or hash of %zu "
+                      "bytes out of range", klen, hlen);
+        return DD_ERR_INVAL;
+    }
+    *receipt = NULL;
+    existing_hash[0] = '\0';
+    pthread_mutex_t *mu = &s->stripes[stripe_of(key, klen)];
+    pthread_mutex_lock(mu);
+    char *rerr = NULL;
+    size_t vlen = 0;
+    dd_err_t err = DD_OK;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_RECEIPTS], key, klen,
+                               &vlen, &rerr);
+    if (rerr) {
+        err = rdb_fail(rerr, "rocksdb_get_cf", "receipts", errstr, errstr_size);
+        goto out;
+    }
+    if (val) {
+        struct dec d = {(const unsigned char *)val, vlen, 0, false};
+        int64_t expires_at = 0;
+        err = dec_header(&d, REC_RECEIPT, &expires_at, "receipts", key, klen,
+                         errstr, errstr_size);
+        if (!err && !record_expired(expires_at, now_ms)) {
+            uint8_t st = dec_u8(&d);
+            dec_str(&d, existing_hash, STORE_HASH_LEN);
+            size_t rn = 0;
+            const char *r = dec_str_ref(&d, RECEIPT_MAX, &rn);
+            if (d.bad || (st != STORE_RECEIPT_PENDING && st != STORE_RECEIPT_DONE)) {
+                dd_errstr_set(errstr, errstr_size,
+                              "receipts: corrupt record at %.64s", key);
+                err = DD_ERR_FATAL;
+            } else {
+                *state = (enum store_receipt_state)st;
+                if (st == STORE_RECEIPT_DONE && r)
+                    *receipt = strndup(r, rn);
+            }
+            rocksdb_free(val);
+            goto out;
+        }
+        rocksdb_free(val);
+        if (err)
+            goto out;
+    }
+    {
+        unsigned char buf[STORE_HDR_LEN + 1 + 2 + STORE_HASH_LEN + 2];
+        struct enc e = {buf, sizeof(buf), 0, false};
+        enc_header(&e, REC_RECEIPT, add_ms(now_ms, ttl_ms));
+        enc_u8(&e, STORE_RECEIPT_PENDING);
+        enc_str(&e, request_hash, hlen);
+        enc_str(&e, "", 0);
+        rocksdb_put_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen,
+                       (const char *)buf, e.len, &rerr);
+        if (rerr)
+            err = rdb_fail(rerr, "rocksdb_put_cf", "receipts", errstr, errstr_size);
+        else
+            *state = STORE_RECEIPT_NEW;
+    }
+out:
+    pthread_mutex_unlock(mu);
+    return err;
+}
+
+dd_err_t store_receipt_done(struct store *s, const char *key,
+                            const char *request_hash, const char *receipt,
+                            int64_t now_ms, int64_t ttl_ms, char *errstr,
+                            size_t errstr_size)
+{
+    size_t klen = strlen(key), hlen = strlen(request_hash), rlen = strlen(receipt);
+    if (klen == 0 || klen > STORE_KEY_MAX || hlen > STORE_HASH_LEN ||
+        rlen > RECEIPT_MAX) {
+        dd_errstr_set(errstr, errstr_size, "store_receipt_done: argument out "
+                      "of range");
+        return DD_ERR_INVAL;
+    }
+    unsigned char *buf = malloc(STORE_HDR_LEN + 1 + 2 + hlen + 2 + rlen);
+    if (!buf)
+        return DD_ERR_NOMEM;
+    struct enc e = {buf, STORE_HDR_LEN + 1 + 2 + hlen + 2 + rlen, 0, false};
+    enc_header(&e, REC_RECEIPT, add_ms(now_ms, ttl_ms));
+    enc_u8(&e, STORE_RECEIPT_DONE);
+    enc_str(&e, request_hash, hlen);
+    enc_str(&e, receipt, rlen);
+    char *rerr = NULL;
+    pthread_mutex_t *mu = &s->stripes[stripe_of(key, klen)];
+    pthread_mutex_lock(mu);
+    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen,
+                   (const char *)buf, e.len, &rerr);
+    pthread_mutex_unlock(mu);
+    free(buf);
+    if (rerr)
+        return rdb_fail(rerr, "rocksdb_put_cf", "receipts", errstr, errstr_size);
+    return DD_OK;
+}
+
+dd_err_t store_receipt_abort(struct store *s, const char *key, char *errstr,
+                             size_t errstr_size)
+{
+    char *rerr = NULL;
+    size_t klen = strlen(key);
+    pthread_mutex_t *mu = &s->stripes[stripe_of(key, klen)];
+    pthread_mutex_lock(mu);
+    rocksdb_delete_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen, &rerr);
+    pthread_mutex_unlock(mu);
+    if (rerr)
+        return rdb_fail(rerr, "rocksdb_delete_cf", "receipts", errstr, errstr_size);
+    return DD_OK;
 }

@@ -55,6 +55,35 @@ expect_eq "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$api/v1/op
 body=$(curl -s -H "Authorization: Bearer $token" "http://127.0.0.1:$api/v1/ops/$op")
 expect_eq "$(jq -r .state <<<"$body")" complete "GET /v1/ops/{op_id} state"
 expect_eq "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$api/v1/ops/nope")" 404 "unknown op"
+# POST /v1/jobs with Idempotency-Key (IETF httpapi draft semantics).
+u=$(pages 6 | tail -n 1)
+post() { # post KEY BODY -> "status body" (headers in $WORK/h)
+  local args=(-s -D "$WORK/h" -o "$WORK/b" -w '%{http_code}' -H "Authorization: Bearer $token"
+              -H 'Content-Type: application/json' --data-binary "$2")
+  [ -n "$1" ] && args+=(-H "Idempotency-Key: $1")
+  curl "${args[@]}" "http://127.0.0.1:$api/v1/jobs"
+}
+expect_eq "$(post "k-$T" "{\"url\":\"$u\"}")" 202 "POST /v1/jobs"
+expect_eq "$(jq -r .op_id "$WORK/b")" "api:k-$T" "receipt op_id is scope:key"
+first=$(cat "$WORK/b")
+expect_eq "$(post "k-$T" "{\"url\":\"$u\"}")" 202 "same key, same payload: replay"
+expect_eq "$(cat "$WORK/b")" "$first" "the replay is the stored receipt"
+grep -qi '^Idempotent-Replayed: true' "$WORK/h" || fail "no Idempotent-Replayed header on the replay"
+ok "Idempotent-Replayed header"
+expect_eq "$(post "k-$T" "{\"url\":\"$u&other=1\"}")" 422 "same key, other payload"
+expect_eq "$(post 'bad"key' "{\"url\":\"$u\"}")" 400 "malformed key"
+expect_eq "$(post "k2-$T" "{\"url\":\"$u\",\"job_key\":\"other\"}")" 400 "body job_key differs from the key"
+expect_eq "$(post "k3-$T" 'not json')" 400 "malformed job"
+# The submitted job is processed once: its result appears.
+ek=$(jq -r .event_key <<<"$first")
+for _ in $(seq 1 100); do
+  code=$(curl -s -o "$WORK/op" -w '%{http_code}' -H "Authorization: Bearer $token" "http://127.0.0.1:$api/v1/ops/api:k-$T")
+  [ "$code" = 200 ] && [ "$(jq -r .state "$WORK/op")" = complete ] && break
+  sleep 0.2
+done
+expect_eq "$(jq -r .state "$WORK/op")" complete "the API's job was fetched"
+expect_eq "$(jq -r .event_key "$WORK/op")" "$ek" "its event_key is the receipt's"
+
 # SIGTERM: leaves within the grace period, cleanly.
 start=$(date +%s%N)
 kill -TERM "$pid"
