@@ -147,8 +147,9 @@ static int64_t wall_ms(void)
 
 /* Raw RocksDB access (store closed), mirroring store.c's CF list. */
 static const char *const raw_cf_names[] = {
-    "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts"};
-#define RAW_CF_N 7
+    "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
+    "receipts"};
+#define RAW_CF_N 8
 #define RAW_OPS 1
 #define RAW_META 5
 
