@@ -1038,7 +1038,7 @@ START_TEST(test_store_newer_layout_version_is_fatal)
     char *err = NULL;
     /* a newer dedupd may add column families: they must not hide the cause */
     rocksdb_column_family_handle_t *h =
-        rocksdb_create_column_family(r.db, r.opts, "receipts", &err);
+        rocksdb_create_column_family(r.db, r.opts, "validators", &err);
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     rocksdb_column_family_handle_destroy(h);
     raw_close(&r);
