@@ -1,0 +1,225 @@
+/* Config loading: every error path names the source and the key, and secrets
+ * never appear in errors or in the dump. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+static char g_path[64];
+static char g_err[DD_ERRSTR_SIZE];
+
+static const char *write_cfg(const char *text)
+{
+    snprintf(g_path, sizeof(g_path), "/tmp/dedupd-test-cfg-XXXXXX");
+    int fd = mkstemp(g_path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return g_path;
+}
+
+static dd_err_t load(const char *text, char *const *env, struct cfg **out)
+{
+    g_err[0] = '\0';
+    dd_err_t err = cfg_load(text ? write_cfg(text) : NULL, env, out, g_err,
+                            sizeof(g_err));
+    if (text)
+        unlink(g_path);
+    return err;
+}
+
+static void expect_error(const char *text, char *const *env, const char *want)
+{
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load(text, env, &cfg), DD_ERR_INVAL);
+    ck_assert_ptr_null(cfg);
+    ck_assert_msg(strstr(g_err, want), "error '%s' lacks '%s'", g_err, want);
+}
+
+START_TEST(test_config_defaults_load)
+{
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load(NULL, NULL, &cfg), DD_OK);
+    ck_assert_int_eq(cfg->fetch_timeout_ms, 30000);
+    ck_assert_str_eq(cfg->topic_jobs, "scrape.jobs");
+    ck_assert(cfg->identity_trust_headers);
+    cfg_destroy(cfg);
+}
+END_TEST
+
+START_TEST(test_config_nested_file_and_env_override)
+{
+    char *env[] = {"DEDUPD_FETCH__TIMEOUT_MS=1234", "DEDUPD_STACK_DIR=/ignored",
+                   "DEDUPD_KAFKA__SOCKET__TIMEOUT__MS=5000", NULL};
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load("{\"fetch\": {\"timeout_ms\": 999, \"max_attempts\": 3}}",
+                          env, &cfg), DD_OK);
+    ck_assert_int_eq(cfg->fetch_timeout_ms, 1234); /* env wins over file */
+    ck_assert_int_eq(cfg->fetch_max_attempts, 3);
+    ck_assert_uint_eq(cfg->kafka_names.n, 1);
+    ck_assert_str_eq(cfg->kafka_names.v[0], "socket.timeout.ms");
+    ck_assert_str_eq(cfg->kafka_values.v[0], "5000");
+    cfg_destroy(cfg);
+}
+END_TEST
+
+START_TEST(test_config_unknown_key_names_file_and_key)
+{
+    expect_error("{\"fetch\": {\"timeout\": 5}}", NULL, ": fetch.timeout: unknown option");
+    ck_assert_msg(strncmp(g_err, "/tmp/dedupd-test-cfg-", 21) == 0, "%s", g_err);
+}
+END_TEST
+
+START_TEST(test_config_wrong_types)
+{
+    expect_error("{\"fetch\": {\"timeout_ms\": \"10\"}}", NULL,
+                 "fetch.timeout_ms: must be an integer");
+    expect_error("{\"store\": {\"sync\": 1}}", NULL, "store.sync: must be a boolean");
+    expect_error("{\"topics\": {\"jobs\": 7}}", NULL, "topics.jobs: must be a string");
+    expect_error("{\"proxy\": {\"exits\": \"http://x:1\"}}", NULL,
+                 "proxy.exits: must be an array of strings");
+    expect_error("{\"kafka\": {\"acks\": [1]}}", NULL,
+                 "kafka.acks: must be a string, integer or boolean");
+}
+END_TEST
+
+START_TEST(test_config_out_of_range_shows_range_and_unit)
+{
+    expect_error("{\"fetch\": {\"timeout_ms\": 5}}", NULL,
+                 "fetch.timeout_ms: 5 is out of range [100, 600000] ms");
+}
+END_TEST
+
+START_TEST(test_config_env_errors)
+{
+    char *e1[] = {"DEDUPD_FETCH__TIMEOUT_MS=abc", NULL};
+    expect_error(NULL, e1, "environment DEDUPD_FETCH__TIMEOUT_MS: fetch.timeout_ms: "
+                           "'abc' is not an integer");
+    char *e2[] = {"DEDUPD_FETCH__NOPE=1", NULL};
+    expect_error(NULL, e2, "fetch.nope: unknown option");
+    char *e3[] = {"DEDUPD_STORE__SYNC=maybe", NULL};
+    expect_error(NULL, e3, "store.sync: 'maybe' is not a boolean");
+}
+END_TEST
+
+START_TEST(test_config_json_syntax_error_has_line)
+{
+    expect_error("{\n  \"fetch\": {\n    \"timeout_ms\": ,\n  }\n}", NULL, ":3:");
+}
+END_TEST
+
+START_TEST(test_config_missing_file)
+{
+    struct cfg *cfg = NULL;
+    ck_assert_int_ne(cfg_load("/nonexistent/dedupd.json", NULL, &cfg, g_err,
+                              sizeof(g_err)), DD_OK);
+    ck_assert_msg(strstr(g_err, "/nonexistent/dedupd.json: unable to open"), "%s",
+                  g_err);
+}
+END_TEST
+
+START_TEST(test_config_cross_field_rules)
+{
+    expect_error("{\"log\": {\"level\": \"loud\"}}", NULL, "log.level: 'loud'");
+    expect_error("{\"fetch\": {\"backoff_base_ms\": 500, \"backoff_max_ms\": 100}}",
+                 NULL, "fetch.backoff_max_ms: must be at least");
+    expect_error("{\"fetch\": {\"blocked_statuses\": [200]}}", NULL,
+                 "fetch.blocked_statuses: '200'");
+    expect_error("{\"fetch\": {\"allow_targets\": [\"127.0.0.1/99\"]}}", NULL,
+                 "fetch.allow_targets: '127.0.0.1/99' is not");
+    expect_error("{\"proxy\": {\"exits\": [\"ftp://x:1\"]}}", NULL,
+                 "proxy.exits: 'ftp://x:1' must start with");
+}
+END_TEST
+
+START_TEST(test_config_credentials_in_exit_url_refused_without_echo)
+{
+    expect_error("{\"proxy\": {\"exits\": [\"http://u:hunter2@x:1\"]}}", NULL,
+                 "carries credentials");
+    ck_assert_msg(!strstr(g_err, "hunter2"), "secret echoed: %s", g_err);
+}
+END_TEST
+
+START_TEST(test_config_secret_value_never_in_errors)
+{
+    char *env[] = {"DEDUPD_API__TOKEN=s3cret-token", "DEDUPD_FETCH__NOPE=1", NULL};
+    expect_error(NULL, env, "unknown option");
+    ck_assert(!strstr(g_err, "s3cret-token"));
+}
+END_TEST
+
+START_TEST(test_config_providers_errors)
+{
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\"}]}}", NULL,
+                 "proxy.providers[0]: name and gateway are required");
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\"}]}}",
+                 NULL, "proxy.providers[0]: http_port or socks_port is required");
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
+                 "\"http_port\": 1, \"pasword_env\": \"X\"}]}}", NULL,
+                 "proxy.providers[0].pasword_env: unknown field");
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
+                 "\"http_port\": 1, \"password_env\": \"DD_TEST_UNSET_VAR\"}]}}",
+                 NULL, "environment variable DD_TEST_UNSET_VAR is not set");
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
+                 "\"http_port\": 1, \"rotation\": \"often\"}]}}", NULL,
+                 "rotation: 'often' is not sticky, timed or per_request");
+    char *env[] = {"DEDUPD_PROXY__PROVIDERS=x", NULL};
+    expect_error(NULL, env, "set providers in the configuration file");
+}
+END_TEST
+
+START_TEST(test_config_dump_redacts_every_secret)
+{
+    setenv("DD_TEST_PROXY_PW", "pr0xy-p@ss%41", 1);
+    char *env[] = {"DEDUPD_API__TOKEN=tok-9f8e", "DEDUPD_BROKER__SASL_PASSWORD=sasl-7d6c",
+                   "DEDUPD_BROKER__SASL_USERNAME=user", NULL};
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load("{\"kafka\": {\"sasl.password\": \"k-5b4a\", "
+                          "\"ssl.key.password\": \"k-3c2b\"}, "
+                          "\"proxy\": {\"providers\": [{\"name\": \"p\", "
+                          "\"gateway\": \"g\", \"http_port\": 1, "
+                          "\"password_env\": \"DD_TEST_PROXY_PW\"}]}}",
+                          env, &cfg), DD_OK);
+    ck_assert_str_eq(cfg->proxy_providers.v[0].password, "pr0xy-p@ss%41");
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&buf, &len);
+    cfg_dump(cfg, fp);
+    fclose(fp);
+    const char *secrets[] = {"tok-9f8e", "sasl-7d6c", "k-5b4a", "k-3c2b",
+                             "pr0xy-p@ss%41"};
+    for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++)
+        ck_assert_msg(!strstr(buf, secrets[i]), "dump shows %s", secrets[i]);
+    ck_assert(strstr(buf, "[redacted]"));
+    free(buf);
+    cfg_destroy(cfg);
+}
+END_TEST
+
+Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("load");
+    tcase_add_test(tc, test_config_defaults_load);
+    tcase_add_test(tc, test_config_nested_file_and_env_override);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("errors");
+    tcase_add_test(tc, test_config_unknown_key_names_file_and_key);
+    tcase_add_test(tc, test_config_wrong_types);
+    tcase_add_test(tc, test_config_out_of_range_shows_range_and_unit);
+    tcase_add_test(tc, test_config_env_errors);
+    tcase_add_test(tc, test_config_json_syntax_error_has_line);
+    tcase_add_test(tc, test_config_missing_file);
+    tcase_add_test(tc, test_config_cross_field_rules);
+    tcase_add_test(tc, test_config_providers_errors);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("secrets");
+    tcase_add_test(tc, test_config_credentials_in_exit_url_refused_without_echo);
+    tcase_add_test(tc, test_config_secret_value_never_in_errors);
+    tcase_add_test(tc, test_config_dump_redacts_every_secret);
+    suite_add_tcase(s, tc);
+    return s;
+}
