@@ -11,6 +11,10 @@ export DEDUPD_PROXY__EXITS=
 pw1=$(cat "$SQUID_PASSWORD_FILE"); pw2=$(cat "$SQUID_PASSWORD2_FILE")
 spw1=$(cat "$SOCKS_AUTH_PASSWORD_FILE"); spw2=$(cat "$SOCKS_AUTH_PASSWORD2_FILE")
 apikey=$(cat "$PROVIDER_API_KEY_FILE")
+# Gateways from the stack's addresses (scheme://host:port).
+hostport() { local x=${1#*://}; echo "${x%%/*}"; }
+sq=$(hostport "$SQUID_EXIT"); sq_host=${sq%:*}; sq_port=${sq##*:}
+sx=$(hostport "$SOCKS_AUTH_EXIT"); sx_host=${sx%:*}; sx_port=${sx##*:}
 
 # run_with PROVIDERS_JSON N TAG: a config with these providers, N jobs.
 run_with() {
@@ -26,11 +30,11 @@ origin_count() { # origin_count TAG CLIENT_ADDR: 200s for this tag from that add
 # 1. squid, user 1 and user 2 (the one with "%41" in its name).
 for u in 1 2; do
   if [ $u = 1 ]; then user=$SQUID_USER; pf=$SQUID_PASSWORD_FILE; else user=$SQUID_USER2; pf=$SQUID_PASSWORD2_FILE; fi
-  prov=$(jq -nc --arg u "$user" --arg pf "$pf" '[{name: "squid", gateway: "127.0.0.5", http_port: 13128, username: "{user}", user: $u, password_file: $pf, sessions: 2}]')
+  prov=$(jq -nc --arg u "$user" --arg pf "$pf" --arg h "$sq_host" --argjson p "$sq_port" '[{name: "squid", gateway: $h, http_port: $p, username: "{user}", user: $u, password_file: $pf, sessions: 2}]')
   stats=$(run_with "$prov" 5 "squid$u")
   expect_eq "$(jq .results <<<"$stats")" 5 "squid user $u: results"
   expect_eq "$(jq .failed <<<"$stats")" 0 "squid user $u: failed"
-  expect_eq "$(origin_count "squid$u" 127.0.0.5)" 5 "squid user $u: origin 200s from the squid exit"
+  expect_eq "$(origin_count "squid$u" "$sq_host")" 5 "squid user $u: origin 200s from the squid exit"
   n=$(grep -F "t=$T-squid$u" "$SQUID_ACCESS_LOG" | grep -cF " $user " || true)
   expect_eq "$n" 5 "squid log names user '$user' exactly"
 done
@@ -38,10 +42,10 @@ done
 # 2. dante with a system user (RFC 1929), both users.
 for u in 1 2; do
   if [ $u = 1 ]; then user=$SOCKS_AUTH_USER; pf=$SOCKS_AUTH_PASSWORD_FILE; else user=$SOCKS_AUTH_USER2; pf=$SOCKS_AUTH_PASSWORD2_FILE; fi
-  prov=$(jq -nc --arg u "$user" --arg pf "$pf" '[{name: "dante", gateway: "127.0.0.6", socks_port: 11081, username: "{user}", user: $u, password_file: $pf}]')
+  prov=$(jq -nc --arg u "$user" --arg pf "$pf" --arg h "$sx_host" --argjson p "$sx_port" '[{name: "dante", gateway: $h, socks_port: $p, username: "{user}", user: $u, password_file: $pf}]')
   stats=$(run_with "$prov" 3 "socks$u")
   expect_eq "$(jq .results <<<"$stats")" 3 "dante user $u: results"
-  expect_eq "$(origin_count "socks$u" 127.0.0.6)" 3 "dante user $u: origin 200s from the SOCKS exit"
+  expect_eq "$(origin_count "socks$u" "$sx_host")" 3 "dante user $u: origin 200s from the SOCKS exit"
 done
 
 # 3. A provider with a session API: sessions on the tinyproxy exits, one of them
