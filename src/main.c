@@ -326,6 +326,36 @@ static int cmd_submit(int argc, char **argv)
     return rc;
 }
 
+/* A consumer for the CLI's readers (tail, redrive), subscribed to \p topic.
+ * Prints the reason and returns NULL on failure. */
+static rd_kafka_t *cli_consumer_new(const struct cfg *cfg,
+                                    const char *const *fixed, const char *topic)
+{
+    char e[DD_ERRSTR_SIZE], ke[512];
+    rd_kafka_conf_t *kc = NULL;
+    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e))) {
+        fprintf(stderr, "dedupd: %s\n", e);
+        return NULL;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    if (!rk) {
+        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
+        rd_kafka_conf_destroy(kc);
+        return NULL;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(t, topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t err = rd_kafka_subscribe(rk, t);
+    rd_kafka_topic_partition_list_destroy(t);
+    if (err) {
+        fprintf(stderr, "dedupd: subscribe %s: %s\n", topic, rd_kafka_err2str(err));
+        rd_kafka_destroy(rk);
+        return NULL;
+    }
+    return rk;
+}
+
 /* ---- tail ---------------------------------------------------------------- */
 
 static int cmd_tail(int argc, char **argv)
@@ -374,27 +404,12 @@ static int cmd_tail(int argc, char **argv)
                            "auto.offset.reset", "earliest",
                            "enable.partition.eof", "true",
                            "enable.auto.offset.store", "true", NULL};
-    rd_kafka_conf_t *kc = NULL;
-    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e))) {
-        fprintf(stderr, "dedupd: %s\n", e);
-        store_close(store);
-        cfg_destroy(cfg);
-        return EXIT_USAGE;
-    }
-    char ke[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    rd_kafka_t *rk = cli_consumer_new(cfg, fixed, cfg->topic_results);
     if (!rk) {
-        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
-        rd_kafka_conf_destroy(kc);
         store_close(store);
         cfg_destroy(cfg);
         return EXIT_RUNTIME;
     }
-    rd_kafka_poll_set_consumer(rk);
-    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(t, cfg->topic_results, RD_KAFKA_PARTITION_UA);
-    rd_kafka_subscribe(rk, t);
-    rd_kafka_topic_partition_list_destroy(t);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
@@ -869,30 +884,18 @@ static int cmd_redrive(int argc, char **argv)
                            "auto.offset.reset", "earliest",
                            "enable.partition.eof", "true",
                            "enable.auto.commit", "false", NULL};
-    rd_kafka_conf_t *kc = NULL;
     struct producer *p = NULL;
-    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e)) ||
-        (!dry && producer_new(cfg, redrive_dr, &p, e, sizeof(e)))) {
+    if (!dry && producer_new(cfg, redrive_dr, &p, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
-        if (kc)
-            rd_kafka_conf_destroy(kc);
         cfg_destroy(cfg);
         return EXIT_USAGE;
     }
-    char ke[512];
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    rd_kafka_t *rk = cli_consumer_new(cfg, fixed, cfg->topic_dlq);
     if (!rk) {
-        fprintf(stderr, "dedupd: rd_kafka_new: %s\n", ke);
-        rd_kafka_conf_destroy(kc);
         producer_destroy(p);
         cfg_destroy(cfg);
         return EXIT_RUNTIME;
     }
-    rd_kafka_poll_set_consumer(rk);
-    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(t, cfg->topic_dlq, RD_KAFKA_PARTITION_UA);
-    rd_kafka_subscribe(rk, t);
-    rd_kafka_topic_partition_list_destroy(t);
     long seen = 0, sent = 0, kept = 0, eofs = 0;
     int64_t last = now_ms();
     int rc = 0;
