@@ -20,7 +20,8 @@
  * consumer: the latency a downstream consumer sees).  produced_*: to the
  * result message's Kafka CreateTime (when dedupd produced it; ms resolution).
  * URLs: the lines of FILE in turn, each with "?t=TAG&i=N", so every job is a
- * new op.  Identity comes from dedupd's own job_parse (dedupd_core).
+ * new op.  One warm-up job (meta.i = -1, not counted) goes first and its
+ * result is awaited, so connection set-up is not in the figures.  Identity comes from dedupd's own job_parse (dedupd_core).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -72,6 +73,7 @@ static int64_t *lat_recv_us; /* per job index; 0 = not yet seen */
 static int64_t *lat_prod_us;
 static atomic_long received;
 static atomic_bool stop_consumer;
+static atomic_bool warm_seen;
 static uint64_t result_bytes;
 static rd_kafka_t *crk;
 
@@ -90,7 +92,9 @@ static void *consume_main(void *arg)
             if (p && q) {
                 long i = strtol(q + 12, NULL, 10);
                 int64_t sent = strtoll(p + 10, NULL, 10);
-                if (i >= 0 && i < count && !lat_recv_us[i]) {
+                if (i == -1)
+                    atomic_store(&warm_seen, true);
+                else if (i >= 0 && i < count && !lat_recv_us[i]) {
                     lat_recv_us[i] = now - sent > 0 ? now - sent : 1;
                     int64_t ts = rd_kafka_message_timestamp(m, NULL);
                     lat_prod_us[i] = ts > 0 ? ts * 1000 - sent : 0;
@@ -239,6 +243,33 @@ int main(int argc, char **argv)
     struct job_conf jc;
     memset(&jc, 0, sizeof(jc));
     char buf[4096];
+
+    /* Warm-up, not timed: one job (meta.i = -1) produced and acknowledged,
+     * and its result (or, on one topic, itself) seen, so that the idempotent
+     * producer's id, the connections and the consumers' fetches are all in
+     * place before the first timed job. */
+    {
+        int n = snprintf(buf, sizeof(buf),
+                         "{\"url\":\"%s?t=%s&i=warmup\",\"meta\":{\"i\":-1,"
+                         "\"sent_us\":%" PRId64 "}}",
+                         pg[0], tag, wall_us());
+        struct job *job = NULL;
+        if (job_parse(&jc, buf, (size_t)n, &job, e, sizeof(e))) {
+            fprintf(stderr, "latency: warm-up job: %s\n", e);
+            return 1;
+        }
+        rd_kafka_producev(prk, RD_KAFKA_V_TOPIC(jobs),
+                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                          RD_KAFKA_V_KEY(job->op_id, strlen(job->op_id)),
+                          RD_KAFKA_V_VALUE(buf, (size_t)n), RD_KAFKA_V_END);
+        job_destroy(job);
+        rd_kafka_flush(prk, 10000);
+        double until = mono_s() + 20;
+        while (!atomic_load(&warm_seen) && mono_s() < until)
+            usleep(10000);
+        if (!atomic_load(&warm_seen))
+            fprintf(stderr, "latency: warm-up result not seen in 20 s; going on\n");
+    }
     uint64_t job_bytes = 0;
     long sent = 0;
     double t0 = mono_s();

@@ -29,9 +29,11 @@
 #   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer.
 #   6b  the same with store.sync=false (what the per-op fsync costs).
 #
-# Sizes (full / --quick): replay 1M / 20k jobs; new-claim 20k / 2k; proxy 10k
-# / 1k each; store 1M / 100k keys (10M: see STORE_SIZES below); latency 200 jobs/s x 30 s / 5 s and
-# 2000 jobs/s x 5 s / 1 s; shadow 100k / 20k.  Override with BENCH_N1, BENCH_N2,
+# Sizes (full / --quick): replay 1M / 20k jobs; new-claim 10k / 2k; proxy 5k
+# / 1k each; store 1M / 100k keys (10M: see STORE_SIZES below); latency
+# 100 jobs/s x 30 s / 5 s and 2000 jobs/s x 3 s / 1 s; shadow 50k / 20k.
+# (The new-claim path runs at a few hundred jobs/s here: see the note of
+# issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
 # BENCH_N3, BENCH_N6, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
 # BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS.
 #
@@ -63,13 +65,13 @@ if [ "$QUICK" = 1 ]; then
   STORE_SIZES=${BENCH_STORE_SIZES:-100000} STORE_DUPS=${BENCH_STORE_DUPS:-200000}
   LAT_SECONDS=${BENCH_LAT_SECONDS:-5} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-1}
 else
-  N1=${BENCH_N1:-1000000} N2=${BENCH_N2:-20000} N3=${BENCH_N3:-10000} N6=${BENCH_N6:-100000}
+  N1=${BENCH_N1:-1000000} N2=${BENCH_N2:-10000} N3=${BENCH_N3:-5000} N6=${BENCH_N6:-50000}
   # 10M keys take store_bench over half an hour here (its complete phase runs at
   # ~9k ops/s), which the 20-minute budget cannot hold: BENCH_STORE_SIZES=1000000,10000000
   STORE_SIZES=${BENCH_STORE_SIZES:-1000000} STORE_DUPS=${BENCH_STORE_DUPS:-1000000}
-  LAT_SECONDS=${BENCH_LAT_SECONDS:-30} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-5}
+  LAT_SECONDS=${BENCH_LAT_SECONDS:-30} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-3}
 fi
-LAT_RATE=${BENCH_LAT_RATE:-200}
+LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
 PARTS=4
 IDLE_MS=1500
@@ -182,8 +184,10 @@ row() {
   local ratio=null det=${10:-}
   [ -n "$det" ] || det='{}'
   if num "$3" && num "$4"; then
-    if [ "$5" = up ]; then ratio=$(jq -n "if $4 > 0 then ($3 / $4 * 1000 | round / 1000) else null end")
-    else ratio=$(jq -n "if $3 > 0 then ($4 / $3 * 1000 | round / 1000) else null end"); fi
+    # three significant digits
+    if [ "$5" = up ]; then ratio=$(awk -v a="$3" -v b="$4" 'BEGIN { if (b > 0) printf "%.3g", a / b; else print "null" }')
+    else ratio=$(awk -v a="$3" -v b="$4" 'BEGIN { if (a > 0) printf "%.3g", b / a; else print "null" }'); fi
+    ratio=$(jq -n "$ratio")
   fi
   jq -nc --arg id "$1" --arg sc "$2" --argjson d "$(num "$3" && echo "$3" || echo null)" \
     --argjson c "$(num "$4" && echo "$4" || echo null)" --argjson r "$ratio" \
@@ -346,16 +350,18 @@ s4() {
     keys=$(jq -r .keys <<<"$line")
     kl=$(jq -rn --argjson k "$keys" 'if $k >= 1000000 then "\($k / 1000000)M" elif $k >= 1000 then "\($k / 1000)k" else "\($k)" end')
     local in
-    in=$(jq -nc --argjson l "$line" --arg h "$head" \
+    in=$(jq -nc --argjson l "$line" \
       '{keys: $l.keys, key_bytes: 32, batch: 1000, store_rss_mib_hwm: $l.rss, rocksdb_rss_mib: $l.raw_rss,
-        index_mib_bytes_per_op: $l.index, store_bench: $h}')
+        index_mib_bytes_per_op: $l.index}')
     row "${ids[$k]}" "store: new claims at $kl keys (durable, sync per batch)" \
       "$(jq .new <<<"$line")" "$(jq .raw_new <<<"$line")" up null \
       "$(jq -r .new <<<"$line") claims/s, RSS $(jq -r .rss <<<"$line") MiB" \
-      "$(jq -r .raw_new <<<"$line") RocksDB MultiGet+Put/s, RSS $(jq -r .raw_rss <<<"$line") MiB" "$in" "$line"
+      "$(jq -r .raw_new <<<"$line") RocksDB MultiGet+Put/s, RSS $(jq -r .raw_rss <<<"$line") MiB" "$in" \
+      "$(jq -c --arg h "$head" '. + {store_bench: $h}' <<<"$line")"
     row "${ids[$((k + 1))]}" "store: duplicate claims at $kl keys" \
       "$(jq .dup <<<"$line")" "$(jq .raw_dup <<<"$line")" up null \
-      "$(jq -r .dup <<<"$line") decisions/s" "$(jq -r .raw_dup <<<"$line") RocksDB MultiGet/s" "$in" "$line"
+      "$(jq -r .dup <<<"$line") decisions/s" "$(jq -r .raw_dup <<<"$line") RocksDB MultiGet/s" "$in" \
+      "$(jq -c --arg h "$head" '. + {store_bench: $h}' <<<"$line")"
     k=$((k + 2))
   done <<<"$tbl"
   cp "$d/out" "$WORK/store_bench.out"
@@ -370,7 +376,7 @@ lat_case() {
   count=$(jq -n "$rate * $secs | floor")
   awk '/\.html$/' "$ORIGIN_PAGES" >"$d/pages"
   log "$name: dedupd run + latency at $rate jobs/s x $secs s"
-  "$DEDUPD" run -c "$CFG" --exit-when-idle 3000 --stats-json >"$d/stats" 2>"$d/run.log" &
+  "$DEDUPD" run -c "$CFG" --exit-when-idle 5000 --stats-json >"$d/stats" 2>"$d/run.log" &
   local pid=$! i=0
   until grep -q '"assigned [0-9]* partitions' "$d/run.log" 2>/dev/null; do
     sleep 0.1; i=$((i + 1))
