@@ -90,14 +90,10 @@ if [ "$DO_BUILD" = 1 ]; then
     cmake --build "$BUILD" -j2 --target dedupd store_bench raw_consumer \
       curl_multi_bench latency >/dev/null; } || { log "build failed"; exit 1; }
 fi
-DEDUPD=$BUILD/dedupd
-RAW=$BUILD/bench/raw_consumer
-CURLB=$BUILD/bench/curl_multi_bench
-LAT=$BUILD/bench/latency
-STOREB=$BUILD/bench/store_bench
-for b in "$DEDUPD" "$RAW" "$CURLB" "$LAT"; do
-  [ -x "$b" ] || { log "missing $b (build it, or drop --no-build)"; exit 1; }
+for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency; do
+  [ -x "$BUILD/$b" ] || { log "missing $BUILD/$b (build it, or drop --no-build)"; exit 1; }
 done
+GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo "+uncommitted src")
 read -r -a _exits <<<"$PROXY_EXITS"
 HTTP_EXIT=${BENCH_HTTP_EXIT:-${_exits[1]:-http://127.0.0.3:18888}}
 SOCKS_EXIT=${BENCH_SOCKS_EXIT:-${SOCKS_EXITS%% *}}
@@ -105,6 +101,18 @@ SOCKS_EXIT=${BENCH_SOCKS_EXIT:-${SOCKS_EXITS%% *}}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RUN=bench.${STAMP}.$$
 WORK=$(mktemp -d "/tmp/dedupd-bench.XXXXXX")
+# The build tree is shared: every scenario runs copies taken now, so a rebuild
+# by someone else during the run cannot mix two binaries into one table.
+mkdir -p "$WORK/bin"
+for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency bench/store_bench; do
+  [ -x "$BUILD/$b" ] && cp "$BUILD/$b" "$WORK/bin/"
+done
+DEDUPD=$WORK/bin/dedupd
+RAW=$WORK/bin/raw_consumer
+CURLB=$WORK/bin/curl_multi_bench
+LAT=$WORK/bin/latency
+STOREB=$WORK/bin/store_bench
+DEDUPD_SHA=$(sha256sum "$DEDUPD" | cut -c1-12)
 ROWS=$WORK/rows.ndjson
 : >"$ROWS"
 cleanup() {
@@ -485,15 +493,16 @@ OUT=$RESULTS_DIR/$STAMP.json
 jq -s --arg run "$RUN" --argjson quick "$([ $QUICK = 1 ] && echo true || echo false)" \
   --arg started "$STARTED" --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" \
   --argjson el "$ELAPSED" --argjson cpus "$(nproc)" \
-  --arg git "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo +dirty)" \
+  --arg git "$GIT_REV" --arg sha "$DEDUPD_SHA" \
   --arg ver "$("$DEDUPD" version 2>/dev/null | tr '\n' ' ')" \
   --arg sb "$(cat "$WORK/store_bench.out" 2>/dev/null)" \
   '{run: $run, quick: $quick, started: $started, elapsed_s: $el, cpus: $cpus,
-    load_before: $lb, load_after: $la, git: $git, versions: $ver, rows: ., store_bench_output: $sb}' \
+    load_before: $lb, load_after: $la, git: $git, dedupd_sha256: $sha, versions: $ver, rows: .,
+    store_bench_output: $sb}' \
   "$ROWS" >"$OUT.tmp" && mv "$OUT.tmp" "$OUT" && cp "$OUT" "$RESULTS_DIR/latest.json"
 
 {
-  echo "dedupd bench $RUN ($([ $QUICK = 1 ] && echo quick || echo full)), $(nproc) CPUs, load $LOAD_BEFORE -> $LOAD_AFTER, ${ELAPSED} s"
+  echo "dedupd bench $RUN ($([ $QUICK = 1 ] && echo quick || echo full)), git $GIT_REV, dedupd sha256 $DEDUPD_SHA, $(nproc) CPUs, load $LOAD_BEFORE -> $LOAD_AFTER, ${ELAPSED} s"
   echo
   echo "| id | scenario | dedupd | ceiling (same run) | ratio | target | inputs |"
   echo "|---|---|---|---|---:|---:|---|"

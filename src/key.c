@@ -344,6 +344,21 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
     if (err)
         goto out;
 
+    /* A percent-encoded host (RFC 3986 3.2.2 allows it) is refused: decoding
+     * it is not idempotent and invalid UTF-8 in it breaks IDN conversion
+     * (found by fuzz_url: tests/fuzz/regressions/url/). */
+    {
+        char *raw = NULL;
+        if (curl_url_get(h, CURLUPART_HOST, &raw, 0) == CURLUE_OK && raw &&
+            strchr(raw, '%')) {
+            curl_free(raw);
+            err = DD_ERR_PERMANENT;
+            dd_errstr_set(errstr, errstr_size,
+                          "percent-encoded host is not supported");
+            goto out;
+        }
+        curl_free(raw);
+    }
     CURLUcode rc = curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE);
     if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME) {
         err = DD_ERR_PERMANENT;
@@ -358,6 +373,23 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
         err = DD_ERR_PERMANENT;
         dd_errstr_set(errstr, errstr_size, "empty host");
         goto out;
+    }
+    /* After IDN conversion a host is LDH labels (or an IP literal): a
+     * compatibility mapping can turn a character into a delimiter (U+037E
+     * GREEK QUESTION MARK becomes ';'), so anything else is refused rather
+     * than let two URLs share one identity (found by fuzz_url). */
+    for (const char *c = host; *c; c++) {
+        bool okc = isalnum((unsigned char)*c) || *c == '-' || *c == '.' ||
+                   *c == '_' ||
+                   (host[0] == '[' && (*c == ':' || *c == '[' || *c == ']'));
+        if (!okc) {
+            err = DD_ERR_PERMANENT;
+            dd_errstr_set(errstr, errstr_size,
+                          "host has a character (0x%02x) not allowed in a "
+                          "domain name after IDN conversion",
+                          (unsigned char)*c);
+            goto out;
+        }
     }
     if (curl_url_get(h, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
         err = DD_ERR_PERMANENT;

@@ -409,6 +409,23 @@ START_TEST(test_key_sha256_known_answers)
 }
 END_TEST
 
+/* Found by fuzz_url (tests/fuzz/regressions/url/idn_greek_question_mark_...):
+ * IDN mapping turned U+037E into ';', so two URLs could share one identity. */
+START_TEST(test_key_idn_host_mapping_to_delimiter_is_refused)
+{
+    char *out = NULL;
+    char e[DD_ERRSTR_SIZE] = "";
+    ck_assert_int_eq(key_url_normalize("http://\xcd\xbe/", &out, e, sizeof(e)),
+                     DD_ERR_PERMANENT);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(e, "not allowed in a domain name"), "%s", e);
+    ck_assert_int_eq(key_url_normalize("http://b\xc3\xbc" "cher.example/", &out, e,
+                                       sizeof(e)), DD_OK);
+    ck_assert_str_eq(out, "http://xn--bcher-kva.example/");
+    free(out);
+}
+END_TEST
+
 START_TEST(test_key_event_key_known_answer)
 {
     /* printf 'result:v1:%s\n%s' default:order-1001 \
@@ -480,6 +497,7 @@ Suite *key_suite(void)
     tc = tcase_create("hashes");
     tcase_add_test(tc, test_key_sha256_known_answers);
     tcase_add_test(tc, test_key_event_key_known_answer);
+    tcase_add_test(tc, test_key_idn_host_mapping_to_delimiter_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }
