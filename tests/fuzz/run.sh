@@ -94,7 +94,8 @@ for t in "${targets[@]}"; do
   [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ] && crashes=1
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n1)
-  cov=$(grep -a -oE 'cov: [0-9]+' "$log" | tail -n1 | cut -d' ' -f2)
+  # (no "cov:" line when an input of the corpus crashes before INITED)
+  cov=$(grep -a -oE 'cov: [0-9]+' "$log" | tail -n1 | cut -d' ' -f2 || true)
   line=$(printf '%-12s %12s executions %8s exec/s  cov %5s  crashes %d  regressions %d/%d ok' \
     "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" "$crashes" "$((reg_n - reg_bad))" "$reg_n")
   echo "$line"
