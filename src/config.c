@@ -380,6 +380,21 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
     return DD_OK;
 }
 
+/* A provider secret from "<name>_env" or "<name>_file" (neither: none). */
+static dd_err_t provider_secret(json_t *o, const char *name, const char *what,
+                                char **out, char *errstr, size_t errstr_size)
+{
+    char kenv[32], kfile[32], w2[128];
+    snprintf(kenv, sizeof(kenv), "%s_env", name);
+    snprintf(kfile, sizeof(kfile), "%s_file", name);
+    const char *env = json_string_value(json_object_get(o, kenv));
+    const char *file = json_string_value(json_object_get(o, kfile));
+    if (!env && !file)
+        return DD_OK;
+    snprintf(w2, sizeof(w2), "%s.%s", what, env ? kenv : kfile);
+    return secret_read(env, file, out, w2, errstr, errstr_size);
+}
+
 static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
                               const char *src, char *errstr, size_t errstr_size)
 {
@@ -486,26 +501,13 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
                 list_push(&p->countries, up);
             }
         }
-        const char *penv = json_string_value(json_object_get(o, "password_env"));
-        const char *pfile = json_string_value(json_object_get(o, "password_file"));
-        if (penv || pfile) {
-            char w2[128];
-            snprintf(w2, sizeof(w2), "%s.password_%s", what, penv ? "env" : "file");
-            dd_err_t err = secret_read(penv, pfile, &p->password, w2, errstr,
+        dd_err_t err = provider_secret(o, "password", what, &p->password, errstr,
                                        errstr_size);
-            if (err)
-                return err;
-        }
-        const char *kenv = json_string_value(json_object_get(o, "api_key_env"));
-        const char *kfile = json_string_value(json_object_get(o, "api_key_file"));
-        if (kenv || kfile) {
-            char w2[128];
-            snprintf(w2, sizeof(w2), "%s.api_key_%s", what, kenv ? "env" : "file");
-            dd_err_t err = secret_read(kenv, kfile, &p->api_key, w2, errstr,
-                                       errstr_size);
-            if (err)
-                return err;
-        }
+        if (!err)
+            err = provider_secret(o, "api_key", what, &p->api_key, errstr,
+                                  errstr_size);
+        if (err)
+            return err;
     }
     return DD_OK;
 }
