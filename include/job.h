@@ -7,6 +7,10 @@
  * request_hash and event_key.  JSON (jansson) stays inside this module and
  * result encoding.  A job that is not valid data is DD_ERR_PERMANENT with a
  * one-sentence reason in errstr; the pipeline sends it to the DLQ with that reason.
+ * A reason is valid UTF-8 without control characters, so that it can be the
+ * API's JSON error body, a Kafka header and a log line: quoted input is cut at
+ * a character boundary, control characters show as '?' and bytes that are not
+ * UTF-8 as "\xNN".
  *
  * The struct is a read-only record: fields are owned by the job and valid until
  * job_destroy().

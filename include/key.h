@@ -18,7 +18,12 @@
  * a literal percent sign and becomes %25 (needed for idempotence); '+' stays
  * '+'.  Refused: a scheme other than http/https, no "//" + host after the
  * scheme (curl would read "http:/x" and "http:///x" as host "x"), userinfo,
- * an IPv6 zone id, port 0 and whatever CURLU refuses.
+ * an IPv6 zone id, port 0, a host that is not UTF-8, that IDN refuses or that
+ * is not LDH labels (or an IP literal) once decoded and converted, and
+ * whatever CURLU refuses.  The host is the one curl connects to: a host that
+ * was percent-decoded or IDN-converted is read once more as curl reads it, so
+ * "http://%37" and "http://\u00B9" (IDN: "1") become http://0.0.0.7/ and
+ * http://0.0.0.1/.
  */
 #ifndef DEDUPD_KEY_H
 #define DEDUPD_KEY_H
@@ -35,7 +40,7 @@
  * @param out  Out: normalized URL, NUL-terminated, free() it.
  * @param errstr Optional: why the URL was refused.
  * @returns DD_OK; DD_ERR_PERMANENT (not a valid absolute http(s) URL, userinfo
- *          present, bad host); DD_ERR_NOMEM.
+ *          present, bad host: errstr says why, ASCII); DD_ERR_NOMEM.
  * @locality any thread (call key_global_init() once first).
  */
 dd_err_t key_url_normalize(const char *url, char **out, char *errstr,

@@ -69,17 +69,100 @@ static const char *const step_fields[] = {
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Set errstr and return DD_ERR_PERMANENT: the job is not valid data. */
+/* ---- reasons: valid UTF-8, no control characters ----------------------- */
+
+/*
+ * Length of the well-formed UTF-8 sequence (RFC 3629: no overlong form, no
+ * surrogate, nothing above U+10FFFF) at s[0..n), n >= 1; 0 when s[0] starts
+ * none (a stray continuation byte, a sequence cut short...).
+ */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+    size_t k;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        k = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        k = 2;
+        lo = c == 0xe0 ? 0xa0 : 0x80;
+        hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        k = 3;
+        lo = c == 0xf0 ? 0x90 : 0x80;
+        hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else {
+        return 0;
+    }
+    if (n <= k || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t j = 2; j <= k; j++)
+        if (s[j] < 0x80 || s[j] > 0xbf)
+            return 0;
+    return k + 1;
+}
+
+/*
+ * Copy \p len bytes of \p src into \p dst (\p cap bytes with the NUL) as text
+ * that can travel anywhere a reason goes (the JSON error body of the API, a
+ * Kafka header, a log line): well-formed UTF-8 sequences as they are, a C0
+ * control character or DEL as '?', a byte that starts no well-formed sequence
+ * as "\xNN".  Stops before a character or escape that does not fit, so the
+ * output is never cut inside a character.  Idempotent.
+ */
+static void text_clean(char *dst, size_t cap, const char *src, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *s = (const unsigned char *)src;
+    size_t o = 0;
+    if (!dst || cap == 0)
+        return;
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_seq(s + i, len - i);
+        if (k == 1 && (s[i] < 0x20 || s[i] == 0x7f)) {
+            if (o + 1 >= cap)
+                break;
+            dst[o++] = '?';
+            i++;
+        } else if (k == 0) {
+            if (o + 4 >= cap)
+                break;
+            dst[o++] = '\\';
+            dst[o++] = 'x';
+            dst[o++] = hex[s[i] >> 4];
+            dst[o++] = hex[s[i] & 0x0f];
+            i++;
+        } else {
+            if (o + k >= cap)
+                break;
+            memcpy(dst + o, s + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    dst[o] = '\0';
+}
+
+#define JOB_REASON_MAX 1024 /* formatted before cleaning */
+
+/* Set errstr (cleaned by text_clean) and return DD_ERR_PERMANENT: the job is
+ * not valid data. */
 static dd_err_t invalid(char *errstr, size_t errstr_size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static dd_err_t invalid(char *errstr, size_t errstr_size, const char *fmt, ...)
 {
     if (errstr && errstr_size) {
+        char text[JOB_REASON_MAX];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(errstr, errstr_size, fmt, ap);
+        int n = vsnprintf(text, sizeof(text), fmt, ap);
         va_end(ap);
+        size_t len = n < 0 ? 0
+                           : ((size_t)n < sizeof(text) ? (size_t)n
+                                                       : sizeof(text) - 1);
+        text_clean(errstr, errstr_size, text, len);
     }
     return DD_ERR_PERMANENT;
 }
@@ -139,16 +222,15 @@ static bool in_list(const char *name, const char *const *list, size_t n)
 
 #define JOB_ECHO_MAX 64
 
-/* Copy at most JOB_ECHO_MAX bytes of \p s for an error message, control
- * characters replaced by '?': reasons travel in DLQ headers and logs. */
+/* At most JOB_ECHO_MAX bytes of \p s for an error message, cut at a
+ * character boundary, control characters as '?' and bytes that are not UTF-8
+ * as "\xNN" (text_clean): reasons travel in the API's JSON error body, DLQ
+ * headers and logs. */
 static const char *echo(const char *s, char buf[JOB_ECHO_MAX + 1])
 {
-    size_t i = 0;
-    for (; s[i] && i < JOB_ECHO_MAX; i++) {
-        unsigned char c = (unsigned char)s[i];
-        buf[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    buf[i] = '\0';
+    /* the output holds at most JOB_ECHO_MAX input bytes; 3 more show
+     * whether the last character is complete */
+    text_clean(buf, JOB_ECHO_MAX + 1, s, strnlen(s, JOB_ECHO_MAX + 3));
     return buf;
 }
 
@@ -440,28 +522,28 @@ static dd_err_t parse_headers(json_t *obj, const char *prefix,
                            prefix, echo(k, e));
         if (!json_is_string(v))
             return invalid(errstr, errstr_size,
-                           "field '%sheaders': header '%.64s' must be a string",
-                           prefix, k);
+                           "field '%sheaders': header '%s' must be a string",
+                           prefix, echo(k, e));
         const char *val = json_string_value(v);
         size_t vlen = json_string_length(v);
         if (has_ctl(val, vlen, true))
             return invalid(errstr, errstr_size,
-                           "field '%sheaders': header '%.64s' contains a "
+                           "field '%sheaders': header '%s' contains a "
                            "control character (CR, LF or NUL would inject "
                            "headers)",
-                           prefix, k);
+                           prefix, echo(k, e));
         if (strcasecmp(k, "content-length") == 0 ||
             strcasecmp(k, "transfer-encoding") == 0)
             return invalid(errstr, errstr_size,
-                           "field '%sheaders': header '%.64s' is not allowed "
+                           "field '%sheaders': header '%s' is not allowed "
                            "(libcurl frames the body)",
-                           prefix, k);
+                           prefix, echo(k, e));
         for (size_t i = 0; i < req->n_headers; i++)
             if (strcasecmp(req->headers[i].name, k) == 0)
                 return invalid(errstr, errstr_size,
-                               "field '%sheaders': header '%.64s' is given "
+                               "field '%sheaders': header '%s' is given "
                                "twice (names are case-insensitive)",
-                               prefix, k);
+                               prefix, echo(k, e));
         struct job_header *h = &req->headers[req->n_headers];
         h->name = strdup(k);
         h->value = dup_n(val, vlen);
@@ -512,7 +594,7 @@ static dd_err_t parse_request(json_t *obj, const char *prefix,
     if (!is_token(m) || strlen(m) > 32) {
         char e[JOB_ECHO_MAX + 1];
         return invalid(errstr, errstr_size,
-                       "field '%smethod': '%.32s' is not an HTTP method token",
+                       "field '%smethod': '%s' is not an HTTP method token",
                        prefix, echo(m, e));
     }
     req->method = strdup(m);
@@ -847,19 +929,12 @@ static dd_err_t load_error(const json_error_t *je, char *errstr,
                        "payload has a duplicate object key at line %d column "
                        "%d",
                        je->line, je->column);
-    default: {
-        /* the text may quote the offending bytes: no control characters */
-        char text[JSON_ERROR_TEXT_LENGTH];
-        size_t i = 0;
-        for (; je->text[i] && i < sizeof(text) - 1; i++) {
-            unsigned char c = (unsigned char)je->text[i];
-            text[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-        }
-        text[i] = '\0';
+    default:
+        /* the text may quote the offending bytes, a UTF-8 sequence cut in
+         * two ("invalid escape near '\"\\<0xC3>'"): invalid() cleans it */
         return invalid(errstr, errstr_size,
                        "payload is not valid JSON: %s at line %d column %d",
-                       text, je->line, je->column);
-    }
+                       je->text, je->line, je->column);
     }
 }
 
@@ -1033,31 +1108,48 @@ dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
     json_error_t jerr;
     json_t *root = json_loadb(payload, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root || !json_is_object(root)) {
-        dd_errstr_set(errstr, errstr_size, "the body is not a JSON object%s%s",
-                      root ? "" : ": ", root ? "" : jerr.text);
+        /* jansson's text may quote a UTF-8 sequence cut in two: invalid()
+         * cleans it, so the reason can be the 400's JSON body */
         json_decref(root);
-        return DD_ERR_PERMANENT;
+        if (!root && json_error_code(&jerr) == json_error_out_of_memory)
+            return nomem(errstr, errstr_size);
+        return invalid(errstr, errstr_size, "the body is not a JSON object%s%s",
+                       root ? "" : ": ", root ? "" : jerr.text);
     }
     const char *own = json_string_value(json_object_get(root, "job_key"));
     if (own && strcmp(own, job_key)) {
-        dd_errstr_set(errstr, errstr_size,
-                      "field 'job_key' differs from the Idempotency-Key header");
         json_decref(root);
-        return DD_ERR_PERMANENT;
+        return invalid(errstr, errstr_size,
+                       "field 'job_key' differs from the Idempotency-Key "
+                       "header");
     }
     const char *own_scope = json_string_value(json_object_get(root, "scope"));
     if (own_scope && strcmp(own_scope, scope)) {
-        dd_errstr_set(errstr, errstr_size,
-                      "field 'scope' differs from the API's scope '%s'", scope);
+        char e[JOB_ECHO_MAX + 1];
         json_decref(root);
-        return DD_ERR_PERMANENT;
+        return invalid(errstr, errstr_size,
+                       "field 'scope' differs from the API's scope '%s'",
+                       echo(scope, e));
     }
-    json_object_set_new(root, "job_key", json_string(job_key));
-    json_object_set_new(root, "scope", json_string(scope));
+    /* json_string() is NULL for a string that is not UTF-8 */
+    json_t *jk = json_string(job_key), *js = json_string(scope);
+    if (!jk || !js) {
+        json_decref(jk);
+        json_decref(js);
+        json_decref(root);
+        return invalid(errstr, errstr_size,
+                       "the %s is not valid UTF-8",
+                       jk ? "scope" : "Idempotency-Key");
+    }
+    if (json_object_set_new(root, "job_key", jk) != 0 ||
+        json_object_set_new(root, "scope", js) != 0) {
+        json_decref(root);
+        return nomem(errstr, errstr_size);
+    }
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!s)
-        return DD_ERR_NOMEM;
+        return nomem(errstr, errstr_size);
     *out = s;
     *out_len = strlen(s);
     return DD_OK;

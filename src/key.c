@@ -29,7 +29,18 @@
  *
  * Refused (DD_ERR_PERMANENT): schemes other than http/https, a missing "//"
  * authority, userinfo (credentials go in headers), an IPv6 zone id, port 0,
- * anything CURLU refuses (spaces, bad host, bad port...).
+ * anything CURLU refuses (spaces, bad host, bad port...), a host that is not
+ * UTF-8 or that IDN conversion refuses (curl answers CURLUE_OUT_OF_MEMORY for
+ * those: reported as PERMANENT, not NOMEM).
+ *
+ * The host is the one curl connects to.  curl normalizes an IPv4 number
+ * ("127.1", "0x7f.1", "7") before it percent-decodes the host and long before
+ * IDN conversion, so "http://%37" and "http://\u00B9" (superscript one, "1"
+ * after IDN) would give host "7" or "1", which the next parse (and the
+ * resolver) reads as 0.0.0.7 or 0.0.0.1.  When the authority holds a '%' or a
+ * non-ASCII byte, the host after decoding and IDN is therefore parsed once
+ * more and the result of that second parse is kept: normalize stays a fixed
+ * point (found by fuzz_url, tests/fuzz/regressions/url/).
  */
 #include "key.h"
 
@@ -310,6 +321,158 @@ static dd_err_t nomem(char *errstr, size_t errstr_size)
     return DD_ERR_NOMEM;
 }
 
+/* true when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static bool utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        size_t k;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            k = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            k = 2;
+            lo = c == 0xe0 ? 0xa0 : 0x80;
+            hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            k = 3;
+            lo = c == 0xf0 ? 0x90 : 0x80;
+            hi = c == 0xf4 ? 0x8f : 0xbf;
+        } else {
+            return false;
+        }
+        if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi)
+            return false;
+        for (size_t j = 2; j <= k; j++)
+            if (s[i + j] < 0x80 || s[i + j] > 0xbf)
+                return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/*
+ * What the authority text (after "scheme://", up to the first '/', '?' or
+ * '#': curl's host never extends past it) holds that curl transforms before
+ * dedupd sees the host: a '%' (percent-decoding) or a non-ASCII byte (IDN).
+ * Refuses an authority that is not UTF-8 (curl's IDN step would answer
+ * CURLUE_OUT_OF_MEMORY).
+ */
+static dd_err_t scan_authority(const char *url, bool *transformed,
+                               bool *non_ascii, char *errstr,
+                               size_t errstr_size)
+{
+    const char *a = strstr(url, "://");
+    *transformed = *non_ascii = false;
+    if (!a)
+        return DD_OK; /* check_scheme() has refused it already */
+    a += 3;
+    size_t n = strcspn(a, "/?#");
+    for (size_t i = 0; i < n; i++) {
+        if (a[i] == '%')
+            *transformed = true;
+        else if ((unsigned char)a[i] >= 0x80)
+            *transformed = *non_ascii = true;
+    }
+    if (*non_ascii && !utf8_valid((const unsigned char *)a, n)) {
+        dd_errstr_set(errstr, errstr_size, "host is not valid UTF-8");
+        return DD_ERR_PERMANENT;
+    }
+    return DD_OK;
+}
+
+/* A CURLUE_OUT_OF_MEMORY about a host that needed decoding or IDN: libcurl
+ * 7.88 answers that for a host its IDN conversion (libidn2) refuses, among
+ * them a percent-encoded host that is not UTF-8 once decoded. */
+static dd_err_t host_refused(bool non_ascii, char *errstr, size_t errstr_size)
+{
+    dd_errstr_set(errstr, errstr_size,
+                  non_ascii ? "host is not a valid internationalized domain "
+                              "name"
+                            : "host is not a valid domain name once "
+                              "percent-decoded");
+    return DD_ERR_PERMANENT;
+}
+
+/* After IDN conversion a host is LDH labels (or an IP literal): a
+ * compatibility mapping can turn a character into a delimiter (U+037E
+ * GREEK QUESTION MARK becomes ';'), so anything else is refused rather
+ * than let two URLs share one identity (found by fuzz_url). */
+static dd_err_t check_host_chars(const char *host, char *errstr,
+                                 size_t errstr_size)
+{
+    if (host[0] == '\0') {
+        dd_errstr_set(errstr, errstr_size, "empty host");
+        return DD_ERR_PERMANENT;
+    }
+    for (const char *c = host; *c; c++) {
+        bool okc = isalnum((unsigned char)*c) || *c == '-' || *c == '.' ||
+                   *c == '_' ||
+                   (host[0] == '[' && (*c == ':' || *c == '[' || *c == ']'));
+        if (!okc) {
+            dd_errstr_set(errstr, errstr_size,
+                          "host has a character (0x%02x) not allowed in a "
+                          "domain name (after percent-decoding and IDN "
+                          "conversion)",
+                          (unsigned char)*c);
+            return DD_ERR_PERMANENT;
+        }
+    }
+    return DD_OK;
+}
+
+/*
+ * The host as curl reads it when it is written out in a URL: \p *host (ASCII,
+ * after percent-decoding and IDN) is parsed once more, and replaced by curl's
+ * host of that parse (IPv4 numbers normalized: "7" -> "0.0.0.7").
+ */
+static dd_err_t host_reparse(char **host, char *errstr, size_t errstr_size)
+{
+    struct sbuf u = { 0 };
+    char *again = NULL;
+    dd_err_t err;
+    CURLU *h = curl_url();
+    sbuf_puts(&u, "http://");
+    sbuf_puts(&u, *host);
+    sbuf_putc(&u, '/');
+    if (!h || u.oom) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    CURLUcode rc = curl_url_set(h, CURLUPART_URL, u.p, CURLU_PATH_AS_IS);
+    if (rc == CURLUE_OK)
+        rc = curl_url_get(h, CURLUPART_HOST, &again, 0);
+    if (rc == CURLUE_OUT_OF_MEMORY) {
+        err = nomem(errstr, errstr_size);
+        goto out;
+    }
+    if (rc != CURLUE_OK) {
+        dd_errstr_set(errstr, errstr_size,
+                      "host is not valid once decoded: %s",
+                      curl_url_strerror(rc));
+        err = DD_ERR_PERMANENT;
+        goto out;
+    }
+    for (char *p = again; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    err = check_host_chars(again, errstr, errstr_size);
+    if (err)
+        goto out;
+    curl_free(*host);
+    *host = again;
+    again = NULL;
+out:
+    curl_free(again);
+    free(u.p);
+    curl_url_cleanup(h);
+    return err;
+}
+
 dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
                            size_t errstr_size)
 {
@@ -329,9 +492,17 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
         err = nomem(errstr, errstr_size);
         goto out;
     }
-    err = curlu_error(curl_url_set(h, CURLUPART_URL, url,
-                                   CURLU_PATH_AS_IS | CURLU_DISALLOW_USER),
-                      errstr, errstr_size);
+    bool transformed, non_ascii;
+    err = scan_authority(url, &transformed, &non_ascii, errstr, errstr_size);
+    if (err)
+        goto out;
+    CURLUcode rc = curl_url_set(h, CURLUPART_URL, url,
+                                CURLU_PATH_AS_IS | CURLU_DISALLOW_USER);
+    if (rc == CURLUE_OUT_OF_MEMORY && transformed) {
+        err = host_refused(non_ascii, errstr, errstr_size);
+        goto out;
+    }
+    err = curlu_error(rc, errstr, errstr_size);
     if (err)
         goto out;
     /* CURLU_DISALLOW_USER already refuses "user@"; belt and braces. */
@@ -344,52 +515,27 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
     if (err)
         goto out;
 
-    /* A percent-encoded host (RFC 3986 3.2.2 allows it) is refused: decoding
-     * it is not idempotent and invalid UTF-8 in it breaks IDN conversion
-     * (found by fuzz_url: tests/fuzz/regressions/url/). */
-    {
-        char *raw = NULL;
-        if (curl_url_get(h, CURLUPART_HOST, &raw, 0) == CURLUE_OK && raw &&
-            strchr(raw, '%')) {
-            curl_free(raw);
-            err = DD_ERR_PERMANENT;
-            dd_errstr_set(errstr, errstr_size,
-                          "percent-encoded host is not supported");
-            goto out;
-        }
-        curl_free(raw);
-    }
-    CURLUcode rc = curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE);
-    if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME) {
-        err = DD_ERR_PERMANENT;
-        dd_errstr_set(errstr, errstr_size,
-                      "host is not a valid internationalized domain name");
+    rc = curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE);
+    if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME ||
+        (rc == CURLUE_OUT_OF_MEMORY && transformed)) {
+        /* (BAD_HOSTNAME and LACKS_IDN come from the IDN step) */
+        err = host_refused(non_ascii || !transformed, errstr, errstr_size);
         goto out;
     }
     err = curlu_error(rc, errstr, errstr_size);
     if (err)
         goto out;
-    if (host[0] == '\0') {
-        err = DD_ERR_PERMANENT;
-        dd_errstr_set(errstr, errstr_size, "empty host");
+    for (char *p = host; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    err = check_host_chars(host, errstr, errstr_size);
+    if (err)
         goto out;
-    }
-    /* After IDN conversion a host is LDH labels (or an IP literal): a
-     * compatibility mapping can turn a character into a delimiter (U+037E
-     * GREEK QUESTION MARK becomes ';'), so anything else is refused rather
-     * than let two URLs share one identity (found by fuzz_url). */
-    for (const char *c = host; *c; c++) {
-        bool okc = isalnum((unsigned char)*c) || *c == '-' || *c == '.' ||
-                   *c == '_' ||
-                   (host[0] == '[' && (*c == ':' || *c == '[' || *c == ']'));
-        if (!okc) {
-            err = DD_ERR_PERMANENT;
-            dd_errstr_set(errstr, errstr_size,
-                          "host has a character (0x%02x) not allowed in a "
-                          "domain name after IDN conversion",
-                          (unsigned char)*c);
+    /* percent-decoded or IDN-converted: the host curl (and the resolver)
+     * will read from it, so that normalize is a fixed point */
+    if (transformed) {
+        err = host_reparse(&host, errstr, errstr_size);
+        if (err)
             goto out;
-        }
     }
     if (curl_url_get(h, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
         err = DD_ERR_PERMANENT;
@@ -421,8 +567,6 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
 
     /* scheme://host[:port] */
     for (char *p = scheme; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    for (char *p = host; *p; p++)
         *p = (char)tolower((unsigned char)*p);
     sbuf_puts(&res, scheme);
     sbuf_puts(&res, "://");

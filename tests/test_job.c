@@ -885,6 +885,142 @@ START_TEST(test_job_rejects_bad_url)
 }
 END_TEST
 
+/* Found by fuzz_job (tests/fuzz/regressions/job/, the "nomem" inputs): a
+ * host that curl's IDN step refuses was DD_ERR_NOMEM ("job_parse: out of
+ * memory"); it is an invalid job. */
+START_TEST(test_job_rejects_refused_idn_host)
+{
+    assert_invalid("{\"url\":\"http://b\xd7\xbc" "ch/\"}",
+                   "field 'url': host is not a valid internationalized "
+                   "domain name");
+    assert_invalid("{\"url\":\"http://b\\u05fcch/\"}",
+                   "field 'url': host is not a valid internationalized");
+    assert_invalid("{\"url\":\"http://ex%a0/\"}",
+                   "field 'url': host is not a valid domain name once "
+                   "percent-decoded");
+}
+END_TEST
+
+/* Found by fuzz_job (regressions/job/idn_host_becomes_ipv4_number_...): the
+ * normalized URL is the host curl connects to, so it is a fixed point. */
+START_TEST(test_job_idn_and_pct_hosts_normalized_to_ipv4)
+{
+    struct job *a = parse("{\"url\":\"http://\\u00b9/\"}");
+    struct job *b = parse("{\"url\":\"http://0.0.0.1/\"}");
+    struct job *c = parse("{\"url\":\"http://%37/\"}");
+    ck_assert_str_eq(a->req.normalized_url, "http://0.0.0.1/");
+    ck_assert_str_eq(a->request_hash, b->request_hash);
+    ck_assert_str_eq(c->req.normalized_url, "http://0.0.0.7/");
+    /* the request still goes out to the URL as submitted */
+    ck_assert_str_eq(a->req.url, "http://\xc2\xb9/");
+    job_destroy(a);
+    job_destroy(b);
+    job_destroy(c);
+}
+END_TEST
+
+/* A reason is valid UTF-8 without control characters: it is the JSON body of
+ * the API's 400 (json_pack refuses anything else: the answer went out
+ * empty), a Kafka header and a log line. */
+static bool reason_ok(const char *r)
+{
+    const unsigned char *s = (const unsigned char *)r;
+    size_t n = strlen(r);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t k = c < 0x80 ? 0 : c >= 0xc2 && c <= 0xdf ? 1
+                   : c >= 0xe0 && c <= 0xef ? 2 : c >= 0xf0 && c <= 0xf4 ? 3
+                   : 9;
+        if (c < 0x20 || c == 0x7f || k == 9 || i + k >= n)
+            return false;
+        for (size_t j = 1; j <= k; j++)
+            if (s[i + j] < 0x80 || s[i + j] > 0xbf)
+                return false;
+        i += k + 1;
+    }
+    json_t *o = json_pack("{s:s}", "error", r);
+    json_decref(o);
+    return o != NULL;
+}
+
+static void assert_reason_utf8(const char *json, size_t len, const char *want)
+{
+    char err[DD_ERRSTR_SIZE] = "";
+    struct job *job = NULL;
+    ck_assert_int_eq(job_parse(&default_conf, json, len, &job, err,
+                               sizeof(err)), DD_ERR_PERMANENT);
+    ck_assert_msg(reason_ok(err), "reason not UTF-8: '%s'", err);
+    ck_assert_msg(strstr(err, want), "reason '%s' lacks '%s'", err, want);
+    /* every buffer size: never cut inside a character */
+    for (size_t sz = 1; sz <= sizeof(err); sz++) {
+        char small[DD_ERRSTR_SIZE];
+        memset(small, 'x', sizeof(small));
+        ck_assert_int_eq(job_parse(&default_conf, json, len, &job, small, sz),
+                         DD_ERR_PERMANENT);
+        ck_assert_msg(memchr(small, '\0', sz) != NULL, "size %zu: no NUL", sz);
+        ck_assert_msg(reason_ok(small), "size %zu: not UTF-8: '%s'", sz,
+                      small);
+    }
+}
+
+/* Found by fuzz_api_submit (tests/fuzz/regressions/api_submit/): a field
+ * name or method cut at 64 (32) bytes inside a UTF-8 sequence, and
+ * jansson's error text quoting a partial sequence, made reasons that are
+ * not UTF-8. */
+START_TEST(test_job_reasons_are_utf8)
+{
+    char big[512];
+    /* a field name of 1 + 40 x U+00E9: cut at a character boundary */
+    strcpy(big, "{\"url\":\"http://a/\",\"a");
+    for (int i = 0; i < 40; i++)
+        strcat(big, "\xc3\xa9");
+    strcat(big, "\":1}");
+    assert_reason_utf8(big, strlen(big), "unknown field 'a\xc3\xa9\xc3\xa9");
+    strcpy(big, "{\"url\":\"http://a/\",\"method\":\"a");
+    for (int i = 0; i < 40; i++)
+        strcat(big, "\xc3\xa9");
+    strcat(big, "\"}");
+    assert_reason_utf8(big, strlen(big), "is not an HTTP method token");
+    /* jansson quotes a sequence cut in two: the byte shows as \xNN */
+    assert_reason_utf8("\"\\\xc5\x8e", 4, "invalid escape near '\"\\\\xC5'");
+    assert_reason_utf8("{\"url\":\"\\\xc3\xa9\"}", 13,
+                       "payload is not valid JSON: invalid escape");
+    /* well-formed UTF-8 is echoed as it is */
+    static const char cafe[] = "{\"url\":\"http://a/\",\"caf\xc3\xa9\":1}";
+    assert_reason_utf8(cafe, sizeof(cafe) - 1, "unknown field 'caf\xc3\xa9'");
+}
+END_TEST
+
+START_TEST(test_job_with_key_reasons_are_utf8)
+{
+    char err[DD_ERRSTR_SIZE] = "";
+    char *out = NULL;
+    size_t out_len = 0;
+    static const char body[] = "{\"url\":\"\\\xc3\xa9\"}";
+    ck_assert_int_eq(job_with_key(body, sizeof(body) - 1, "k", "api", &out,
+                                  &out_len, err, sizeof(err)),
+                     DD_ERR_PERMANENT);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(reason_ok(err), "not UTF-8: '%s'", err);
+    ck_assert_msg(strstr(err, "the body is not a JSON object: invalid "
+                              "escape near '\"\\\\xC3'"), "%s", err);
+    /* an Idempotency-Key that cannot be a JSON string */
+    static const char ok[] = "{\"url\":\"http://a/\"}";
+    ck_assert_int_eq(job_with_key(ok, sizeof(ok) - 1, "k\xff", "api", &out,
+                                  &out_len, err, sizeof(err)),
+                     DD_ERR_PERMANENT);
+    ck_assert_ptr_null(out);
+    ck_assert_msg(strstr(err, "Idempotency-Key is not valid UTF-8"), "%s",
+                  err);
+    ck_assert_int_eq(job_with_key(ok, sizeof(ok) - 1, "k", "api", &out,
+                                  &out_len, err, sizeof(err)), DD_OK);
+    ck_assert_str_eq(out, "{\"url\":\"http://a/\",\"job_key\":\"k\","
+                          "\"scope\":\"api\"}");
+    ck_assert_uint_eq(out_len, strlen(out));
+    free(out);
+}
+END_TEST
+
 START_TEST(test_job_rejects_bad_method)
 {
     assert_invalid("{\"url\":\"http://a/\",\"method\":5}",
@@ -1214,6 +1350,10 @@ Suite *job_suite(void)
     tcase_add_test(tc, test_job_rejects_bad_payload);
     tcase_add_test(tc, test_job_rejects_unknown_fields);
     tcase_add_test(tc, test_job_rejects_bad_url);
+    tcase_add_test(tc, test_job_rejects_refused_idn_host);
+    tcase_add_test(tc, test_job_idn_and_pct_hosts_normalized_to_ipv4);
+    tcase_add_test(tc, test_job_reasons_are_utf8);
+    tcase_add_test(tc, test_job_with_key_reasons_are_utf8);
     tcase_add_test(tc, test_job_rejects_bad_method);
     tcase_add_test(tc, test_job_rejects_bad_headers);
     tcase_add_test(tc, test_job_rejects_bad_body);

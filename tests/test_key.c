@@ -426,6 +426,55 @@ START_TEST(test_key_idn_host_mapping_to_delimiter_is_refused)
 }
 END_TEST
 
+/* Found by fuzz_url (regressions/url/host_pct_encoded_ipv4_not_idempotent):
+ * curl normalizes an IPv4 number before it percent-decodes the host, so
+ * "http://%37" had host "7", which the next parse reads as 0.0.0.7. */
+START_TEST(test_key_pct_host_is_the_host_curl_connects_to)
+{
+    assert_norm("http://%37", "http://0.0.0.7/");
+    assert_norm("http://%31%32%37.1/x", "http://127.0.0.1/x");
+    assert_norm("http://%30x7f.1:8080/", "http://127.0.0.1:8080/");
+    assert_same("http://%37/", "http://0.0.0.7/", true);
+    /* a decoded host still has to be a domain name: %25 decodes to '%' */
+    assert_refused("http://a%2541/", "not allowed in a domain name");
+    assert_refused("http://a%2Fb/", "Bad hostname");
+}
+END_TEST
+
+/* Found by fuzz_url (regressions/url/idn_host_becomes_ipv4_shorthand): IDN
+ * can produce an IPv4 number that curl normalizes only on the next parse. */
+START_TEST(test_key_idn_host_becoming_ipv4_is_normalized)
+{
+    assert_norm("http://\xc2\xb9/", "http://0.0.0.1/");       /* U+00B9 */
+    assert_norm("http://\xe2\x91\xa0\xe2\x91\xa1\xe2\x91\xa6.1/",
+                "http://127.0.0.1/");                         /* U+2460.. */
+    assert_same("http://\xe2\x91\xa0\xe2\x91\xa1\xe2\x91\xa6.0.0.1/a",
+                "http://127.0.0.1/a", true);
+    assert_norm("http://%e2%91%a0/", "http://0.0.0.1/");
+}
+END_TEST
+
+/* Found by fuzz_url and fuzz_job (tests/fuzz/regressions: the "nomem"
+ * inputs): curl answers CURLUE_OUT_OF_MEMORY for a host its IDN step
+ * refuses; that is an invalid URL (PERMANENT, DLQ), not DD_ERR_NOMEM. */
+START_TEST(test_key_refused_idn_host_is_permanent)
+{
+    assert_refused("http://\xbb", "host is not valid UTF-8");
+    assert_refused("http://ex\xff.com/", "host is not valid UTF-8");
+    assert_refused("http://ex\xc3/", "host is not valid UTF-8");
+    /* U+05FC: valid UTF-8, unassigned, refused by IDNA */
+    assert_refused("http://b\xd7\xbc" "ch/",
+                   "host is not a valid internationalized domain name");
+    assert_refused("http://b\xd7\xbc" "ch",
+                   "host is not a valid internationalized domain name");
+    /* not UTF-8 once percent-decoded */
+    assert_refused("http://ex%a0/", "host is not a valid");
+    assert_refused("http://%ff%fe/", "host is not a valid");
+    /* the path is not the host: bytes there are encoded, not refused */
+    assert_norm("http://a/\xbb", "http://a/%BB");
+}
+END_TEST
+
 START_TEST(test_key_event_key_known_answer)
 {
     /* printf 'result:v1:%s\n%s' default:order-1001 \
@@ -498,6 +547,9 @@ Suite *key_suite(void)
     tcase_add_test(tc, test_key_sha256_known_answers);
     tcase_add_test(tc, test_key_event_key_known_answer);
     tcase_add_test(tc, test_key_idn_host_mapping_to_delimiter_is_refused);
+    tcase_add_test(tc, test_key_pct_host_is_the_host_curl_connects_to);
+    tcase_add_test(tc, test_key_idn_host_becoming_ipv4_is_normalized);
+    tcase_add_test(tc, test_key_refused_idn_host_is_permanent);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -16,14 +16,15 @@
  *    SHA-256 of canonical; event_key is key_event_key(op_id, request_hash);
  *    op_id is request_hash without job_key, scope ":" job_key with it;
  *    every request's normalized_url is a fixed point of key_url_normalize
- *    and has the host curl sees in its url (no host/path confusion);
+ *    and has the host curl connects to for its url (fuzz_curl_host: no
+ *    host/path confusion, IPv4 forms that appear after percent-decoding or
+ *    IDN read as the resolver reads them);
  *    a NUL follows each body; header names/values have no CR, LF or NUL.
  *  - failure: DD_ERR_PERMANENT (never NOMEM: libFuzzer aborts on a failed
  *    allocation, so NOMEM means a misclassified input), a non-empty reason
- *    without control characters (it becomes the dedupd-error Kafka header
- *    and a log line), *out left NULL.
- * FUZZ_SKIP_KNOWN=1 skips the URL properties for a known bug class (see
- * fuzz_common.h).
+ *    in valid UTF-8 without control characters (it becomes the dedupd-error
+ *    Kafka header, a log line and the API's JSON error body), *out left
+ *    NULL.
  */
 #include <jansson.h>
 #include <stdint.h>
@@ -43,8 +44,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 static void check_request(const struct job_request *r)
 {
     FUZZ_CHECK(r->url && r->normalized_url && r->method, "request field NULL");
-    if (fuzz_known_host_bug(r->url))
-        return;
     char *n2 = NULL;
     char e[DD_ERRSTR_SIZE] = "";
     dd_err_t err = key_url_normalize(r->normalized_url, &n2, e, sizeof(e));
@@ -143,14 +142,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dd_err_t err = job_parse(&conf, data, size, &job, e, sizeof(e));
     if (err != DD_OK) {
         /* NOMEM cannot happen here (libFuzzer's malloc limit aborts instead
-         * of returning NULL): an invalid job must be PERMANENT.  Known bug
-         * class "host" (fuzz_common.h) makes some URLs NOMEM. */
-        FUZZ_CHECK(err == DD_ERR_PERMANENT ||
-                   (fuzz_skip_known() && err == DD_ERR_NOMEM),
+         * of returning NULL): an invalid job must be PERMANENT. */
+        FUZZ_CHECK(err == DD_ERR_PERMANENT,
                    "error %d (%s), want DD_ERR_PERMANENT", (int)err, e);
         FUZZ_CHECK(job == NULL, "*out set on error");
         FUZZ_CHECK(e[0] != '\0', "refused without a reason");
         FUZZ_CHECK(fuzz_no_ctl(e), "control character in reason \"%s\"", e);
+        FUZZ_CHECK(fuzz_utf8_valid((const unsigned char *)e, strlen(e)),
+                   "reason \"%s\" is not UTF-8", e);
         return 0;
     }
     FUZZ_CHECK(job != NULL, "DD_OK without a job");
