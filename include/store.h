@@ -199,9 +199,50 @@ dd_err_t store_complete(struct store *store, const char *op_id,
                         const void *value, size_t value_len, int64_t now_ms,
                         uint64_t *seq, char *errstr, size_t errstr_size) DD_WUR;
 
+struct store_attempt;
+
+/** One completion of a batch: inputs, then outputs of store_complete_batch. */
+struct store_complete_req {
+    const char *op_id;                 /**< in */
+    uint64_t generation;               /**< in: the lease's generation */
+    enum store_op_state state;         /**< in: COMPLETE or FAILED */
+    const char *category;              /**< in: failure category or NULL */
+    uint32_t attempts;                 /**< in: attempts made in all */
+    const void *value;                 /**< in: result event bytes */
+    size_t value_len;                  /**< in: bytes */
+    const struct store_attempt *attempt_log; /**< in: attempt records */
+    size_t n_attempt_log;              /**< in */
+    uint64_t seq;                      /**< out: outbox sequence number */
+    dd_err_t err;                      /**< out: as store_complete */
+    char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
+};
+
+/**
+ * @brief Group commit (DESIGN.md section 4): finish \p n running ops, with
+ *        their attempt records, in ONE WriteBatch and one WAL write (one fsync
+ *        under store.sync), with the answers store_complete() would give each.
+ *
+ * Holds the stripes of all its op_ids (ascending order) for the call.  An op
+ * fenced (DD_ERR_STATE) or refused (DD_ERR_INVAL) writes nothing, not even its
+ * attempts; the others still commit.  An op_id repeated in the batch: the
+ * first completes, the later ones get DD_ERR_STATE.
+ * @param reqs    n requests; inputs borrowed for the call, outputs written.
+ * @param errstr  Optional: the first failure's text.
+ * @returns DD_OK (see each req->err); DD_ERR_IO when the write failed (no
+ *          completion took effect; those not refused before get DD_ERR_IO;
+ *          retriable); DD_ERR_NOMEM.
+ */
+dd_err_t store_complete_batch(struct store *store,
+                              struct store_complete_req *reqs, size_t n,
+                              int64_t now_ms, char *errstr,
+                              size_t errstr_size) DD_WUR;
+
 /**
  * @brief The broker acknowledged outbox entry \p seq of \p op_id: delete the entry
  *        and mark the op's outbox state SENT, in one WriteBatch.  Idempotent.
+ *        Written without fsync (whatever store.sync says): an ack lost in a
+ *        crash only means the entry is produced again at start-up under the
+ *        same event_key, a duplicate consumers drop.
  * @returns DD_OK; DD_ERR_IO; DD_ERR_INVAL (entry \p seq belongs to another
  *          op); DD_ERR_FATAL (corrupt entry or op record).
  */

@@ -489,6 +489,26 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         h[i].name = j->req.headers[i].name;
         h[i].value = j->req.headers[i].value;
     }
+    /* A workflow: every step, with its headers (borrowed from the job). */
+    struct fetch_step *steps = calloc(j->n_steps + 1, sizeof(*steps));
+    struct fetch_header **sh = calloc(j->n_steps + 1, sizeof(*sh));
+    if (!h || !steps || !sh)
+        abort(); /* out of memory */
+    for (size_t s = 0; s < j->n_steps; s++) {
+        const struct job_request *jr = &j->steps[s];
+        sh[s] = calloc(jr->n_headers + 1, sizeof(**sh));
+        if (!sh[s])
+            abort();
+        for (size_t i = 0; i < jr->n_headers; i++) {
+            sh[s][i].name = jr->headers[i].name;
+            sh[s][i].value = jr->headers[i].value;
+        }
+        steps[s] = (struct fetch_step){
+            .url = jr->url, .method = jr->method, .headers = sh[s],
+            .n_headers = jr->n_headers, .body = jr->body,
+            .body_len = jr->body_len,
+        };
+    }
     int64_t budget = j->deadline_s > 0 ? j->deadline_s * 1000
                                        : pl->cfg->fetch_deadline_ms;
     struct fetch_req req = {
@@ -502,9 +522,16 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .country = j->country,
         .deadline_ms = now_ms() + budget,
         .opaque = o,
+        .steps = j->n_steps ? steps : NULL,
+        .n_steps = j->n_steps,
+        .replayable = j->replayable,
     };
     if (fetch_submit(pl->fetch, &req))
         abort(); /* out of memory */
+    for (size_t s = 0; s < j->n_steps; s++)
+        free(sh[s]);
+    free(sh);
+    free(steps);
     free(h);
 }
 
@@ -754,15 +781,7 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         send_dlq(pl, rkm, pm, e);
         return false;
     }
-    if (job->n_steps > 0 && !pl->opts->shadow) {
-        /* Until the fetch engine runs workflows, refuse them rather than
-         * fetch only their first step. */
-        job_destroy(job);
-        send_dlq(pl, rkm, pm,
-                 "field 'steps': workflow jobs are not supported by this "
-                 "version of dedupd yet");
-        return false;
-    }
+    /* Workflow jobs ("steps") run in the fetch engine (fetch.h). */
     /* The key is a routing hint; count keys that differ from op_id. */
     size_t idlen = strlen(job->op_id);
     if (!rkm->key || rkm->key_len != idlen || memcmp(rkm->key, job->op_id, idlen)) {
@@ -824,86 +843,137 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
 }
 
 /* A fetch finished: result + op state + outbox in one batch, then produce. */
-static void handle_fetched(struct pipeline *pl, struct fetch_result *r)
+/* Completions of one loop iteration, committed together (group commit,
+ * DESIGN.md section 4): one WriteBatch and one WAL sync for all of them. */
+#define FETCHED_BATCH 256
+
+struct fetched {
+    struct fetch_result *r;
+    struct opctx *o;
+    char *value;
+    size_t value_len;
+    struct store_attempt *attempts;
+};
+
+/* Encode the result of \p r and its attempt records into \p f and \p req. */
+static void fetched_prepare(struct pipeline *pl, struct fetch_result *r,
+                            struct fetched *f, struct store_complete_req *req)
 {
     struct opctx *o = r->opaque;
-    char e[DD_ERRSTR_SIZE];
-    char *v = NULL;
-    size_t vlen = 0;
     const char *outcome;
     struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+    memset(f, 0, sizeof(*f));
+    f->r = r;
+    f->o = o;
     if (result_encode(o->job, r, o->generation,
-                      (size_t)pl->cfg->limits_max_result_bytes, &v, &vlen,
-                      &outcome))
+                      (size_t)pl->cfg->limits_max_result_bytes, &f->value,
+                      &f->value_len, &outcome))
         abort();
     bool failed = strcmp(outcome, "fetched") != 0;
     o->failed = failed;
     metrics_observe(METRICS_JOB_ATTEMPTS, (double)r->attempts);
+    const char *category = failed ? (r->category ? r->category : "too_large")
+                                  : NULL;
     if (failed) {
         pl->st->failed++;
         log_ctx_msg(LOG_NOTICE, "fetch", &lc, "op failed: %s (%s) after %u attempts",
-                    r->category ? r->category : "too_large",
+                    category,
                     r->category ? (r->error ? r->error : "")
                                 : "result above limits.max_result_bytes",
                     r->attempts);
     }
-    /* Attempt records first (informational; a crash between the two writes
-     * leaves attempts of an op that is still running, which is true). */
     if (r->n_attempt_log) {
-        struct store_attempt *sa = calloc(r->n_attempt_log, sizeof(*sa));
-        if (!sa)
+        f->attempts = calloc(r->n_attempt_log, sizeof(*f->attempts));
+        if (!f->attempts)
             abort();
         for (size_t i = 0; i < r->n_attempt_log; i++) {
             const struct fetch_attempt *fa = &r->attempt_log[i];
-            sa[i].number = o->base_attempts + (uint32_t)(i + 1);
-            sa[i].generation = o->generation;
-            sa[i].started_at_ms = fa->started_at_ms;
-            sa[i].ended_at_ms = fa->ended_at_ms;
-            sa[i].status = (int32_t)fa->status;
-            sa[i].bytes = fa->bytes;
-            snprintf(sa[i].session, sizeof(sa[i].session), "%s", fa->session);
-            snprintf(sa[i].exit_addr, sizeof(sa[i].exit_addr), "%s", fa->exit_addr);
-            snprintf(sa[i].category, sizeof(sa[i].category), "%s", fa->category);
-            snprintf(sa[i].error, sizeof(sa[i].error), "%s", fa->error);
+            struct store_attempt *sa = &f->attempts[i];
+            sa->number = o->base_attempts + (uint32_t)(i + 1);
+            sa->generation = o->generation;
+            sa->started_at_ms = fa->started_at_ms;
+            sa->ended_at_ms = fa->ended_at_ms;
+            sa->status = (int32_t)fa->status;
+            sa->bytes = fa->bytes;
+            snprintf(sa->session, sizeof(sa->session), "%s", fa->session);
+            snprintf(sa->exit_addr, sizeof(sa->exit_addr), "%s", fa->exit_addr);
+            snprintf(sa->category, sizeof(sa->category), "%s", fa->category);
+            snprintf(sa->error, sizeof(sa->error), "%s", fa->error);
         }
-        if (store_attempts_put(pl->store, o->op_id, sa, r->n_attempt_log,
-                               now_ms(), e, sizeof(e)))
-            log_ctx_msg(LOG_WARNING, "store", &lc, "attempt records: %s", e);
-        free(sa);
     }
-    uint64_t seq = 0;
-    dd_err_t err = store_complete(pl->store, o->op_id, o->generation,
-                                  failed ? STORE_OP_FAILED : STORE_OP_COMPLETE,
-                                  failed ? (r->category ? r->category : "too_large")
-                                         : NULL,
-                                  o->base_attempts + r->attempts, v, vlen,
-                                  now_ms(), &seq, e,
-                                  sizeof(e));
-    if (err == DD_ERR_STATE) {
-        /* Fenced: another worker took the op over; its result will stand. */
-        log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s", e);
-        free(v);
-        fetch_result_destroy(r);
-        op_finish(pl, o);
-        return;
+    *req = (struct store_complete_req){
+        .op_id = o->op_id,
+        .generation = o->generation,
+        .state = failed ? STORE_OP_FAILED : STORE_OP_COMPLETE,
+        .category = category,
+        .attempts = o->base_attempts + r->attempts,
+        .value = f->value,
+        .value_len = f->value_len,
+        .attempt_log = f->attempts,
+        .n_attempt_log = r->n_attempt_log,
+    };
+}
+
+/* Commit \p n finished fetches in one store batch and produce their results. */
+static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
+                           size_t n)
+{
+    struct fetched f[FETCHED_BATCH];
+    struct store_complete_req req[FETCHED_BATCH];
+    char e[DD_ERRSTR_SIZE];
+    for (size_t i = 0; i < n; i++)
+        fetched_prepare(pl, rs[i], &f[i], &req[i]);
+    /* a failed write (DD_ERR_IO, NOMEM) also lands in every req[i].err */
+    if (store_complete_batch(pl->store, req, n, now_ms(), e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "completing %zu ops: %s", n, e);
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = f[i].o;
+        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+        if (req[i].err == DD_ERR_STATE) {
+            /* Fenced: another worker took the op over; its result will stand. */
+            log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
+                        req[i].errstr);
+            op_finish(pl, o);
+        } else if (req[i].err) {
+            /* The op stays running under our lease; its messages stay
+             * uncommitted and a restart resumes it. */
+            log_ctx_msg(LOG_ERR, "store", &lc, "%s", req[i].errstr);
+        } else {
+            o->seq = req[i].seq;
+            o->stored = true;
+            struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
+                                          o->job->event_key, o->generation,
+                                          f[i].value, f[i].value_len);
+            m->op = o;
+            m->seq = req[i].seq;
+            out_send(pl, m);
+        }
+        free(f[i].value);
+        free(f[i].attempts);
+        fetch_result_destroy(f[i].r);
     }
-    if (err) {
-        /* The op stays running under our lease; its messages stay uncommitted
-         * and a restart resumes it. */
-        log_ctx_msg(LOG_ERR, "store", &lc, "%s", e);
-        free(v);
-        fetch_result_destroy(r);
-        return;
+}
+
+/* Take every finished fetch (waiting at most \p timeout_ms for the first)
+ * and commit them in batches.  @returns how many were taken. */
+static size_t drain_fetched(struct pipeline *pl, int timeout_ms)
+{
+    struct fetch_result *rs[FETCHED_BATCH];
+    size_t total = 0;
+    for (;;) {
+        size_t n = 0;
+        struct fetch_result *r;
+        while (n < FETCHED_BATCH &&
+               (r = fetch_take(pl->fetch, total == 0 && n == 0 ? timeout_ms
+                                                                : 0)))
+            rs[n++] = r;
+        if (!n)
+            return total;
+        handle_fetched(pl, rs, n);
+        total += n;
+        if (n < FETCHED_BATCH)
+            return total;
     }
-    o->seq = seq;
-    o->stored = true;
-    struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id, o->job->event_key,
-                                  o->generation, v, vlen);
-    m->op = o;
-    m->seq = seq;
-    free(v);
-    fetch_result_destroy(r);
-    out_send(pl, m);
 }
 
 static int replay_cb(void *opaque, uint64_t seq, const char *op_id,
@@ -1368,11 +1438,8 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
                          (opts->hurry && *opts->hurry)))
             break;
         /* Completions first: they free capacity. */
-        if (pl->fetch) {
-            struct fetch_result *r;
-            while ((r = fetch_take(pl->fetch, 0)))
-                handle_fetched(pl, r);
-        }
+        if (pl->fetch)
+            drain_fetched(pl, 0);
         producer_poll(pl->prod, 0);
         retry_due(pl);
         recheck_blocked(pl);
@@ -1407,11 +1474,9 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
                 handle_batch(pl, batch, nb);
             for (size_t i = 0; i < nb; i++)
                 rd_kafka_message_destroy(batch[i]);
-        } else if (pl->fetch) {
-            struct fetch_result *r = fetch_take(pl->fetch, 5);
-            if (r)
-                handle_fetched(pl, r);
-        } else
+        } else if (pl->fetch)
+            drain_fetched(pl, 5);
+        else
             producer_poll(pl->prod, 5);
         if (opts->exit_when_idle_ms > 0 && !stopping && idle(pl) &&
             pl->assigned_once && all_eof(pl) &&

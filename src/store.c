@@ -150,6 +150,7 @@ struct store {
     rocksdb_compactionfilter_t *filter;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
+    rocksdb_writeoptions_t *wopts_ack; /* never synced: outbox acks */
     rocksdb_column_family_handle_t *cf[CF_N];
     rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
     size_t extra_cf_n;
@@ -1338,6 +1339,11 @@ static void set_options(struct store *s, const struct store_conf *conf)
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(s->wopts, conf->sync ? 1 : 0);
+    /* An ack lost in a crash only replays its entry at start-up under the
+     * same event_key (a duplicate consumers drop), so it needs no fsync;
+     * the next synced write persists it anyway. */
+    s->wopts_ack = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->wopts_ack, 0);
 }
 
 static bool is_ttl_cf(int i)
@@ -1649,6 +1655,8 @@ void store_close(struct store *s)
         rocksdb_readoptions_destroy(s->ropts);
     if (s->wopts)
         rocksdb_writeoptions_destroy(s->wopts);
+    if (s->wopts_ack)
+        rocksdb_writeoptions_destroy(s->wopts_ack);
     for (int i = 0; i < s->stripes_init; i++)
         pthread_mutex_destroy(&s->stripes[i]);
     if (s->seq_mu_init)
@@ -1887,87 +1895,128 @@ out:
     return err;
 }
 
+static dd_err_t attempts_check(const char *fn, const char *op_id,
+                               const struct store_attempt *attempts, size_t n,
+                               char *errstr, size_t errstr_size);
+static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
+                           const char *op_id,
+                           const struct store_attempt *attempts, size_t n,
+                           int64_t now_ms);
+
+/* Arguments of a completion that do not depend on the stored record. */
+static dd_err_t complete_check(const char *fn, const char *op_id,
+                               enum store_op_state state, const char *category,
+                               size_t value_len, char *errstr,
+                               size_t errstr_size)
+{
+    dd_err_t err = check_op_id(fn, op_id, errstr, errstr_size);
+    if (err)
+        return err;
+    if (state != STORE_OP_COMPLETE && state != STORE_OP_FAILED) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s(%.64s): final state must be complete or failed, "
+                      "not %s",
+                      fn, op_id, store_op_state2str(state));
+        return DD_ERR_INVAL;
+    }
+    size_t clen = category ? strlen(category) : 0;
+    if (clen > STORE_CATEGORY_MAX || value_len > UINT32_MAX) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s(%.64s): category of %zu bytes (at most %d) or value "
+                      "of %zu bytes (at most %u)",
+                      fn, op_id, clen, STORE_CATEGORY_MAX, value_len,
+                      UINT32_MAX);
+        return DD_ERR_INVAL;
+    }
+    return DD_OK;
+}
+
+/*
+ * Under the op's stripe: fence, allocate the outbox sequence and add the op
+ * record and the outbox entry to \p wb.  *op is the record as it will be
+ * written (for the index once the batch is durable).
+ */
+static dd_err_t complete_stage(struct store *s, const char *fn,
+                               rocksdb_writebatch_t *wb, const char *op_id,
+                               uint64_t generation, enum store_op_state state,
+                               const char *category, uint32_t attempts,
+                               const void *value, size_t value_len,
+                               int64_t now_ms, struct store_op *op,
+                               uint64_t *seq, char *errstr,
+                               size_t errstr_size)
+{
+    dd_err_t err = fence(s, fn, op_id, generation, now_ms, op, errstr,
+                         errstr_size);
+    if (err)
+        return err;
+    size_t idlen = strlen(op_id);
+    size_t ocap = STORE_HDR_LEN + 2 + idlen + 2 + STORE_HASH_LEN + 8 + 4
+                  + value_len;
+    unsigned char *obuf = malloc(ocap);
+    if (!obuf) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s(%.64s): out of memory (%zu bytes)", fn, op_id, ocap);
+        return DD_ERR_NOMEM;
+    }
+    uint64_t n = 0;
+    err = seq_alloc(s, &n, errstr, errstr_size);
+    if (err) {
+        free(obuf);
+        return err;
+    }
+    op->state = state;
+    snprintf(op->category, sizeof(op->category), "%s",
+             category ? category : "");
+    op->attempts = attempts;
+    op->outbox_state = STORE_OUTBOX_PENDING;
+    op->outbox_seq = n;
+    op->updated_at_ms = now_ms;
+    op->expires_at_ms = add_ms(now_ms, state == STORE_OP_COMPLETE
+                                           ? s->ops_ttl_ms
+                                           : s->failed_ttl_ms);
+    unsigned char vbuf[STORE_OP_VALUE_MAX];
+    size_t vlen = op_encode(op, vbuf, sizeof(vbuf));
+
+    struct enc e = {obuf, ocap, 0, false};
+    enc_header(&e, REC_OUTBOX, 0);
+    enc_str(&e, op_id, idlen);
+    enc_str(&e, op->event_key, strlen(op->event_key));
+    enc_u64(&e, op->generation);
+    enc_u32(&e, (uint32_t)value_len);
+    enc_bytes(&e, value, value_len);
+    assert(!e.overflow);
+    unsigned char key[8];
+    put_be64(key, n);
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, idlen,
+                              (const char *)vbuf, vlen);
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_OUTBOX], (const char *)key,
+                              sizeof(key), (const char *)obuf, e.len);
+    free(obuf);
+    *seq = n;
+    return DD_OK;
+}
+
 dd_err_t store_complete(struct store *s, const char *op_id,
                         uint64_t generation, enum store_op_state state,
                         const char *category, uint32_t attempts,
                         const void *value, size_t value_len, int64_t now_ms,
                         uint64_t *seq, char *errstr, size_t errstr_size)
 {
-    dd_err_t err = check_op_id("store_complete", op_id, errstr, errstr_size);
+    dd_err_t err = complete_check("store_complete", op_id, state, category,
+                                  value_len, errstr, errstr_size);
     if (err)
         return err;
-    if (state != STORE_OP_COMPLETE && state != STORE_OP_FAILED) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store_complete(%.64s): final state must be complete or "
-                      "failed, not %s",
-                      op_id, store_op_state2str(state));
-        return DD_ERR_INVAL;
-    }
-    if (!category)
-        category = "";
-    size_t clen = strlen(category);
-    if (clen > STORE_CATEGORY_MAX || value_len > UINT32_MAX) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store_complete(%.64s): category of %zu bytes (at most "
-                      "%d) or value of %zu bytes (at most %u)",
-                      op_id, clen, STORE_CATEGORY_MAX, value_len, UINT32_MAX);
-        return DD_ERR_INVAL;
-    }
-
     struct idx_key k;
     pthread_mutex_t *mu = stripe(s, op_id, &k);
-    unsigned char *obuf = NULL;
-    rocksdb_writebatch_t *batch = NULL;
+    rocksdb_writebatch_t *batch = rocksdb_writebatch_create();
     pthread_mutex_lock(mu);
     struct store_op op;
-    err = fence(s, "store_complete", op_id, generation, now_ms, &op, errstr,
-                errstr_size);
-    if (err)
-        goto out;
     uint64_t n = 0;
-    err = seq_alloc(s, &n, errstr, errstr_size);
+    err = complete_stage(s, "store_complete", batch, op_id, generation, state,
+                         category, attempts, value, value_len, now_ms, &op, &n,
+                         errstr, errstr_size);
     if (err)
         goto out;
-
-    op.state = state;
-    snprintf(op.category, sizeof(op.category), "%s", category);
-    op.attempts = attempts;
-    op.outbox_state = STORE_OUTBOX_PENDING;
-    op.outbox_seq = n;
-    op.updated_at_ms = now_ms;
-    op.expires_at_ms = add_ms(now_ms, state == STORE_OP_COMPLETE
-                                          ? s->ops_ttl_ms
-                                          : s->failed_ttl_ms);
-    unsigned char vbuf[STORE_OP_VALUE_MAX];
-    size_t vlen = op_encode(&op, vbuf, sizeof(vbuf));
-
-    size_t idlen = strlen(op_id);
-    size_t ocap = STORE_HDR_LEN + 2 + idlen + 2 + STORE_HASH_LEN + 8 + 4
-                  + value_len;
-    obuf = malloc(ocap);
-    if (!obuf) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store_complete(%.64s): out of memory (%zu bytes)",
-                      op_id, ocap);
-        err = DD_ERR_NOMEM;
-        goto out;
-    }
-    struct enc e = {obuf, ocap, 0, false};
-    enc_header(&e, REC_OUTBOX, 0);
-    enc_str(&e, op_id, idlen);
-    enc_str(&e, op.event_key, strlen(op.event_key));
-    enc_u64(&e, op.generation);
-    enc_u32(&e, (uint32_t)value_len);
-    enc_bytes(&e, value, value_len);
-    assert(!e.overflow);
-    unsigned char key[8];
-    put_be64(key, n);
-
-    batch = rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(batch, s->cf[CF_OPS], op_id, idlen,
-                              (const char *)vbuf, vlen);
-    rocksdb_writebatch_put_cf(batch, s->cf[CF_OUTBOX], (const char *)key,
-                              sizeof(key), (const char *)obuf, e.len);
     char *rerr = NULL;
     rocksdb_write(s->db, s->wopts, batch, &rerr);
     if (rerr) {
@@ -1981,9 +2030,121 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     *seq = n;
 out:
     pthread_mutex_unlock(mu);
-    if (batch)
-        rocksdb_writebatch_destroy(batch);
-    free(obuf);
+    rocksdb_writebatch_destroy(batch);
+    return err;
+}
+
+dd_err_t store_complete_batch(struct store *s,
+                              struct store_complete_req *reqs, size_t n,
+                              int64_t now_ms, char *errstr,
+                              size_t errstr_size)
+{
+    if (n == 0)
+        return DD_OK;
+    struct idx_key *keys = malloc(n * sizeof(*keys));
+    struct store_op *ops = malloc(n * sizeof(*ops));
+    if (!keys || !ops) {
+        free(keys);
+        free(ops);
+        dd_errstr_set(errstr, errstr_size,
+                      "store_complete_batch: out of memory (%zu requests)", n);
+        for (size_t i = 0; i < n; i++)
+            reqs[i].err = DD_ERR_NOMEM;
+        return DD_ERR_NOMEM;
+    }
+    uint64_t locked[STORE_STRIPES / 64] = {0};
+    for (size_t i = 0; i < n; i++) {
+        struct store_complete_req *r = &reqs[i];
+        r->seq = 0;
+        r->errstr[0] = '\0';
+        r->err = complete_check("store_complete_batch", r->op_id, r->state,
+                                r->category, r->value_len, r->errstr,
+                                sizeof(r->errstr));
+        if (!r->err)
+            r->err = attempts_check("store_complete_batch", r->op_id,
+                                    r->attempt_log, r->n_attempt_log,
+                                    r->errstr, sizeof(r->errstr));
+        if (r->err)
+            continue;
+        idx_digest(s, r->op_id, strlen(r->op_id), &keys[i]);
+        uint32_t st = (uint32_t)(keys[i].k0 % STORE_STRIPES);
+        locked[st / 64] |= UINT64_C(1) << (st % 64);
+    }
+    /* the ops' stripes in ascending order, as store_claim_batch */
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (locked[st / 64] >> (st % 64) & 1)
+            pthread_mutex_lock(&s->stripes[st]);
+
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    size_t staged = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct store_complete_req *r = &reqs[i];
+        if (r->err)
+            continue;
+        /* a repeated op_id: the first completion fences the later ones */
+        bool repeated = false;
+        for (size_t j = 0; j < i && !repeated; j++)
+            repeated = !reqs[j].err && keys[j].k0 == keys[i].k0
+                       && keys[j].k1 == keys[i].k1
+                       && strcmp(reqs[j].op_id, r->op_id) == 0;
+        if (repeated) {
+            dd_errstr_set(r->errstr, sizeof(r->errstr),
+                          "store_complete_batch(%.64s): completed twice in "
+                          "one batch",
+                          r->op_id);
+            r->err = DD_ERR_STATE;
+            continue;
+        }
+        r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
+                                r->generation, r->state, r->category,
+                                r->attempts, r->value, r->value_len, now_ms,
+                                &ops[i], &r->seq, r->errstr,
+                                sizeof(r->errstr));
+        if (r->err)
+            continue;
+        /* only the lease holder's attempts: a fenced worker's numbers could
+         * overwrite the new holder's */
+        attempts_stage(s, wb, r->op_id, r->attempt_log, r->n_attempt_log,
+                       now_ms);
+        staged++;
+    }
+    dd_err_t err = DD_OK;
+    if (staged) {
+        char *rerr = NULL;
+        rocksdb_write(s->db, s->wopts, wb, &rerr); /* one WAL write and sync */
+        if (rerr) {
+            char text[DD_ERRSTR_SIZE];
+            err = rdb_fail(rerr, "rocksdb_write(complete batch)",
+                           "batch", text, sizeof(text));
+            idx_write_failed(s);
+            dd_errstr_set(errstr, errstr_size, "%s", text);
+            for (size_t i = 0; i < n; i++)
+                if (!reqs[i].err) {
+                    reqs[i].err = err;
+                    reqs[i].seq = 0;
+                    snprintf(reqs[i].errstr, sizeof(reqs[i].errstr), "%s",
+                             text);
+                }
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (!reqs[i].err) {
+                    idx_put_op(s, &keys[i], &ops[i], now_ms, IDX_UPSERT);
+                    atomic_fetch_add(&s->pending, 1);
+                }
+        }
+    }
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (locked[st / 64] >> (st % 64) & 1)
+            pthread_mutex_unlock(&s->stripes[st]);
+    rocksdb_writebatch_destroy(wb);
+    if (!err)
+        for (size_t i = 0; i < n; i++)
+            if (reqs[i].err) {
+                dd_errstr_set(errstr, errstr_size, "%s", reqs[i].errstr);
+                break;
+            }
+    free(keys);
+    free(ops);
     return err;
 }
 
@@ -2091,7 +2252,7 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
         rocksdb_writebatch_put_cf(batch, s->cf[CF_OPS], op_id, strlen(op_id),
                                   (const char *)vbuf, n);
     }
-    rocksdb_write(s->db, s->wopts, batch, &rerr);
+    rocksdb_write(s->db, s->wopts_ack, batch, &rerr);
     if (rerr) {
         err = rdb_fail(rerr, "rocksdb_write(outbox ack)", op_id, errstr,
                        errstr_size);
@@ -2615,14 +2776,10 @@ static bool bounded(const char *str, size_t size)
     return memchr(str, '\0', size) != NULL;
 }
 
-dd_err_t store_attempts_put(struct store *s, const char *op_id,
-                            const struct store_attempt *attempts, size_t n,
-                            int64_t now_ms, char *errstr, size_t errstr_size)
+static dd_err_t attempts_check(const char *fn, const char *op_id,
+                               const struct store_attempt *attempts, size_t n,
+                               char *errstr, size_t errstr_size)
 {
-    dd_err_t err = check_op_id("store_attempts_put", op_id, errstr,
-                               errstr_size);
-    if (err || n == 0)
-        return err;
     for (size_t i = 0; i < n; i++) {
         const struct store_attempt *a = &attempts[i];
         if (a->number == 0 || !bounded(a->session, sizeof(a->session))
@@ -2630,15 +2787,22 @@ dd_err_t store_attempts_put(struct store *s, const char *op_id,
             || !bounded(a->category, sizeof(a->category))
             || !bounded(a->error, sizeof(a->error))) {
             dd_errstr_set(errstr, errstr_size,
-                          "store_attempts_put(%.64s): attempt %zu has number "
-                          "%u (must be >= 1) or an unterminated string",
-                          op_id, i, a->number);
+                          "%s(%.64s): attempt %zu has number %u (must be >= "
+                          "1) or an unterminated string",
+                          fn, op_id, i, a->number);
             return DD_ERR_INVAL;
         }
     }
+    return DD_OK;
+}
+
+static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
+                           const char *op_id,
+                           const struct store_attempt *attempts, size_t n,
+                           int64_t now_ms)
+{
     size_t idlen = strlen(op_id);
     int64_t expires_at = add_ms(now_ms, s->ops_ttl_ms);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     for (size_t i = 0; i < n; i++) {
         const struct store_attempt *a = &attempts[i];
         char key[STORE_ATTEMPT_KEY_MAX];
@@ -2660,6 +2824,22 @@ dd_err_t store_attempts_put(struct store *s, const char *op_id,
         rocksdb_writebatch_put_cf(wb, s->cf[CF_ATTEMPTS], key, klen,
                                   (const char *)buf, e.len);
     }
+}
+
+dd_err_t store_attempts_put(struct store *s, const char *op_id,
+                            const struct store_attempt *attempts, size_t n,
+                            int64_t now_ms, char *errstr, size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_attempts_put", op_id, errstr,
+                               errstr_size);
+    if (err || n == 0)
+        return err;
+    err = attempts_check("store_attempts_put", op_id, attempts, n, errstr,
+                         errstr_size);
+    if (err)
+        return err;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    attempts_stage(s, wb, op_id, attempts, n, now_ms);
     char *rerr = NULL;
     rocksdb_write(s->db, s->wopts, wb, &rerr);
     rocksdb_writebatch_destroy(wb);

@@ -1243,6 +1243,84 @@ START_TEST(test_store_attempts_put_get_in_number_order_and_expire)
 }
 END_TEST
 
+START_TEST(test_store_complete_batch_one_write_fences_each_op_alone)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-a", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-b", H2, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-c", H1, T0, &op), STORE_CLAIM_NEW);
+    struct store_attempt at[2] = {attempt(1, 429, "throttled", "slow down"),
+                                  attempt(2, 200, "", "")};
+    struct store_attempt bad = attempt(0, 200, "", "");
+    struct store_complete_req r[5] = {
+        {.op_id = "op-a", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 2, .value = "A", .value_len = 1, .attempt_log = at,
+         .n_attempt_log = 2},
+        /* stale generation: fenced, writes nothing, not even its attempts */
+        {.op_id = "op-b", .generation = 7, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "B", .value_len = 1, .attempt_log = at,
+         .n_attempt_log = 2},
+        {.op_id = "op-c", .generation = 1, .state = STORE_OP_FAILED,
+         .category = "timeout", .attempts = 3, .value = "C", .value_len = 1},
+        /* the same op twice in one batch: the first wins */
+        {.op_id = "op-a", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 2, .value = "A2", .value_len = 2},
+        /* a bad attempt record refuses the completion alone */
+        {.op_id = "op-b", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "B", .value_len = 1, .attempt_log = &bad,
+         .n_attempt_log = 1},
+    };
+    ck_assert_int_eq(store_complete_batch(g_st, r, 5, T0 + 10, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(r[0].err, DD_OK);
+    ck_assert_int_eq(r[1].err, DD_ERR_STATE);
+    ck_assert_str_eq(r[1].errstr, "store_complete_batch(op-b): stale "
+                                  "generation 7, current 1");
+    ck_assert_int_eq(r[2].err, DD_OK);
+    ck_assert_int_eq(r[3].err, DD_ERR_STATE);
+    ck_assert_int_eq(r[4].err, DD_ERR_INVAL);
+    /* errstr carries the first failure */
+    ck_assert_str_eq(g_err, r[1].errstr);
+    ck_assert_uint_eq(r[0].seq, 1);
+    ck_assert_uint_eq(r[2].seq, 2);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 2);
+
+    ck_assert(get("op-a", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    ck_assert_uint_eq(op.outbox_seq, 1);
+    ck_assert_uint_eq(op.attempts, 2);
+    ck_assert(get("op-b", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert(get("op-c", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_FAILED);
+    ck_assert_str_eq(op.category, "timeout");
+    ck_assert_int_eq(op.expires_at_ms, T0 + 10 + FAILED_TTL);
+
+    struct store_attempt *out = NULL;
+    size_t n = 0;
+    attempts_get("op-a", T0 + 10, &out, &n);
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(memcmp(&out[0], &at[0], sizeof(at[0])), 0);
+    free(out);
+    attempts_get("op-b", T0 + 10, &out, &n);
+    ck_assert_uint_eq(n, 0);
+    free(out);
+
+    struct collect c;
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 2);
+    ck_assert_str_eq(c.e[0].op_id, "op-a");
+    ck_assert_str_eq(c.e[0].value, "A");
+    ck_assert_str_eq(c.e[1].op_id, "op-c");
+    ck_assert_str_eq(c.e[1].value, "C");
+    /* an empty batch is a no-op */
+    ck_assert_int_eq(store_complete_batch(g_st, r, 0, T0, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+}
+END_TEST
+
 START_TEST(test_store_attempts_put_rejects_number_0_and_bad_op_id)
 {
     struct store_attempt a = attempt(0, 200, "", "");
@@ -1850,6 +1928,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_complete_by_other_owner_is_state_error);
     tcase_add_test(tc, test_store_complete_twice_is_state_error);
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);
+    tcase_add_test(tc, test_store_complete_batch_one_write_fences_each_op_alone);
     tcase_add_test(tc, test_store_lease_renew_extends_and_fences);
     suite_add_tcase(s, tc);
 
