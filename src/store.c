@@ -3263,3 +3263,79 @@ dd_err_t store_receipt_abort(struct store *s, const char *key, char *errstr,
         return rdb_fail(rerr, "rocksdb_delete_cf", "receipts", errstr, errstr_size);
     return DD_OK;
 }
+
+/* ---------------------------------------------------------------------- */
+/* test hook: the record codecs for tests/fuzz/fuzz_record.c and unit      */
+/* tests (include/store_codec.h: internal, not an API)                     */
+
+#include "store_codec.h"
+
+_Static_assert(STORE_CODEC_HDR_LEN == STORE_HDR_LEN, "store_codec.h header");
+_Static_assert((int)STORE_CODEC_OP == (int)REC_OP
+                   && (int)STORE_CODEC_OUTBOX == (int)REC_OUTBOX
+                   && (int)STORE_CODEC_ATTEMPT == (int)REC_ATTEMPT,
+               "store_codec.h record kinds");
+
+size_t store_codec_op_value_max(void)
+{
+    return STORE_OP_VALUE_MAX;
+}
+
+size_t store_codec_header(enum store_codec_kind kind, int64_t expires_at_ms,
+                          unsigned char *out)
+{
+    struct enc e = {out, STORE_HDR_LEN, 0, false};
+    enc_header(&e, (enum rec_type)kind, expires_at_ms);
+    return e.len;
+}
+
+size_t store_codec_op_encode(const struct store_op *op, unsigned char *buf,
+                             size_t cap)
+{
+    /* op_encode() takes strlen() of each string and asserts it fits */
+    if (cap < STORE_OP_VALUE_MAX
+        || !memchr(op->request_hash, '\0', sizeof(op->request_hash))
+        || !memchr(op->event_key, '\0', sizeof(op->event_key))
+        || !memchr(op->lease_owner, '\0', sizeof(op->lease_owner))
+        || !memchr(op->source, '\0', sizeof(op->source))
+        || !memchr(op->category, '\0', sizeof(op->category)))
+        return 0;
+    return op_encode(op, buf, cap);
+}
+
+dd_err_t store_codec_op_decode(const void *val, size_t len, const char *op_id,
+                               struct store_op *op, char *errstr,
+                               size_t errstr_size)
+{
+    return op_decode((const char *)val, len, op_id, op, errstr, errstr_size);
+}
+
+dd_err_t store_codec_attempt_decode(const void *val, size_t len,
+                                    const char *op_id, uint32_t number,
+                                    struct store_attempt *a,
+                                    int64_t *expires_at_ms, char *errstr,
+                                    size_t errstr_size)
+{
+    return attempt_decode((const char *)val, len, op_id, number, a,
+                          expires_at_ms, errstr, errstr_size);
+}
+
+dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
+                                   struct store_codec_outbox *ent,
+                                   char *errstr, size_t errstr_size)
+{
+    struct outbox_entry e;
+    memset(&e, 0, sizeof(e));
+    dd_err_t err = outbox_decode((const char *)val, len, seq, &e, errstr,
+                                 errstr_size);
+    if (err)
+        return err;
+    ent->op_id = e.op_id;
+    ent->op_id_len = e.op_id_len;
+    ent->event_key = e.event_key;
+    ent->event_key_len = e.event_key_len;
+    ent->generation = e.generation;
+    ent->value = e.value;
+    ent->value_len = e.value_len;
+    return DD_OK;
+}

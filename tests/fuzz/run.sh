@@ -30,7 +30,7 @@ cd "$root"
 
 secs=${1:-5}
 shift || true
-all_targets=(job api_submit url retry_after config)
+all_targets=(job api_submit url retry_after config record)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all_targets[@]}")
 case "$secs" in ''|*[!0-9]*) echo "usage: $0 [SECONDS] [TARGET...]" >&2; exit 2;; esac
