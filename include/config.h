@@ -75,6 +75,10 @@ struct cfg {
     struct cfg_providers proxy_providers;
     int64_t fetch_session_max_uses, fetch_session_max_errors,
         fetch_session_max_age_ms;
+    int64_t fetch_per_host_max_inflight, fetch_per_host_rate_per_min,
+        fetch_per_host_burst;
+    int64_t fetch_proxy_auth_cooldown_ms;
+    int64_t fetch_workflow_max_restarts, fetch_workflow_step_retries;
     struct cfg_strlist identity_variance_headers;
     struct cfg_strlist identity_credential_headers;
     bool identity_trust_headers;

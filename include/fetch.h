@@ -17,6 +17,44 @@
  * have reached the origin; unsafe ones are retried only on failures that happen
  * before any byte was sent (proxy/connect/DNS).
  *
+ * Workflows (a request with steps): the steps run in order on ONE session (the
+ * op's sticky session); cookies set by a step's responses go to the later steps
+ * (an in-memory cookie jar per op, dropped whenever the op changes session);
+ * every step passes the same guards, limits and retry rules as a single
+ * request.  A step that fails mid-way on a session failure (proxy or transport
+ * error, a blocked status, 5xx after fetch.workflow_step_retries retries of a
+ * safe step on the same session, proxy_auth, or a timed session that rotated
+ * under it) discards the partial run: when the workflow is restartable (every
+ * step safe, or "replayable": true) the op takes another session and restarts
+ * from its first step (at most fetch.workflow_max_restarts times); otherwise
+ * it fails with the step's category.  A non-restartable workflow that meets a
+ * blocked status mid-way waits out Retry-After on the same exit and retries
+ * that step (a 429 was not acted on).  The result is the last step's response
+ * with one record per step (fetch_step_result).
+ *
+ * Per-host limits: at most fetch.per_host_max_inflight requests to one target
+ * host (lower-case name or IP literal, every port) run at once, and requests
+ * start at most fetch.per_host_rate_per_min per minute with a token bucket of
+ * fetch.per_host_burst; requests over either limit wait in the engine (they
+ * are not failed, unless their deadline passes while they wait).  Every
+ * request counts: attempts, redirect hops and workflow steps.
+ *
+ * proxy_auth (407, or a SOCKS5 authentication rejection): the session is
+ * retired and its credential set (the provider; a plain exit is its own set)
+ * is suspended for fetch.proxy_auth_cooldown_ms; the op moves to a session of
+ * another credential set (a workflow mid-way only when restartable), else it
+ * fails with proxy_auth.  Ops that find no session outside suspended sets
+ * fail with proxy_auth at once rather than wait.
+ *
+ * Timed rotation (provider rotation "timed", rotate_every_s = N): the provider
+ * changes a session's exit every N s, counted from the session's creation.
+ * The engine treats each interval as a new exit: no connection (tunnel)
+ * opened in an earlier interval is reused, the old exit's cooldown and error
+ * count no longer apply, and fetch_result.session_rotates_at_ms tells when the
+ * exit that served the result stops being current.  dedupd keeps no response
+ * cache; anything that reuses a fetched answer for another request (a cache
+ * keyed by the session, single-flight) must not keep it past that instant.
+ *
  * Safety: TLS verification on; the body cap is enforced in the write callback;
  * redirects are capped; an SSRF guard refuses IP-literal targets in loopback,
  * link-local and private ranges unless a CIDR of fetch.allow_targets allows them,
@@ -42,7 +80,19 @@ struct fetch_header {
     const char *value;
 };
 
-/** A request to fetch.  fetch_submit() copies everything it needs. */
+/** One step of a workflow (borrowed strings). */
+struct fetch_step {
+    const char *url;
+    const char *method;               /**< upper-case */
+    const struct fetch_header *headers;
+    size_t n_headers;
+    const void *body;                 /**< may be NULL */
+    size_t body_len;
+};
+
+/** A request to fetch.  fetch_submit() copies everything it needs.  With
+ *  n_steps > 0 it is a workflow: url/method/headers/body are ignored and the
+ *  steps run in order (safe then applies to every step). */
 struct fetch_req {
     const char *url;                  /**< as submitted */
     const char *method;               /**< upper-case */
@@ -55,6 +105,10 @@ struct fetch_req {
                                            sessions of that country serve it */
     int64_t deadline_ms;              /**< absolute, ms since epoch */
     void *opaque;                     /**< returned in the result */
+    const struct fetch_step *steps;   /**< workflow steps, or NULL */
+    size_t n_steps;
+    bool replayable;                  /**< a workflow may restart from its
+                                           first step although not safe */
 };
 
 /** One attempt of a fetch (redirect hops of one attempt share its record). */
@@ -66,6 +120,20 @@ struct fetch_attempt {
     char exit_addr[64];         /**< address connected to (proxy or target) */
     char category[32];          /**< failure category, "" if it succeeded */
     char error[256];            /**< error text, "" if none */
+    uint32_t step;              /**< workflow step index (0 for a request) */
+};
+
+/** The outcome of one workflow step (of the run that produced the result). */
+struct fetch_step_result {
+    long status;                /**< HTTP status, 0 if none */
+    char *final_url;            /**< after redirects (owned), or NULL */
+    uint64_t bytes;             /**< body bytes received */
+    char body_sha256[65];       /**< hex SHA-256 of the body, "" if none */
+    uint32_t attempts;          /**< attempts of this step in this run */
+    char category[32];          /**< failure category, "" if it succeeded */
+    char session[128];          /**< session name, never credentials */
+    char exit_addr[64];         /**< address connected to */
+    int64_t ended_at_ms;
 };
 
 /** A finished fetch.  Owned by the caller of fetch_take(): fetch_result_destroy. */
@@ -86,11 +154,22 @@ struct fetch_result {
     int64_t fetched_at_ms;      /**< end of the last attempt */
     struct fetch_attempt *attempt_log; /**< one record per attempt (owned) */
     size_t n_attempt_log;
+    /** Workflows: one record per step run (the steps that completed, then the
+     *  failing one when !ok), owned; NULL/0 for a plain request. */
+    struct fetch_step_result *steps;
+    size_t n_steps;             /**< records in steps */
+    size_t n_steps_total;       /**< steps of the workflow (0 = not one) */
+    uint32_t restarts;          /**< workflow restarts from the first step */
+    /** Timed sessions: when the serving exit rotates (ms since epoch), else 0. */
+    int64_t session_rotates_at_ms;
 };
 
 /** Cumulative counters (read any time; atomics). */
 struct fetch_stats {
     uint64_t attempts, rotations, throttled, bytes, completed, failed;
+    uint64_t restarts;          /**< workflow restarts */
+    uint64_t host_waits;        /**< requests held by a per-host limit */
+    uint64_t auth_suspensions;  /**< credential sets suspended (proxy_auth) */
 };
 
 /**
@@ -139,5 +218,29 @@ void fetch_result_destroy(struct fetch_result *r);
  */
 bool fetch_ip_refused(const char *host, char *const *allow, size_t n_allow,
                       bool *refused);
+
+/** A per-host token bucket (fetch.per_host_rate_per_min, per_host_burst). */
+struct fetch_bucket {
+    double tokens;              /**< available tokens */
+    int64_t at_ms;              /**< time of \p tokens; 0 = new (full) */
+};
+
+/**
+ * @brief Take one token from \p b at \p now (refilled at \p rate_per_min,
+ *        capped at \p burst >= 1; rate 0 = unlimited).
+ * @returns 0 when a token was taken, else the ms until one is available
+ *          (nothing taken).
+ */
+int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_min,
+                          int64_t burst);
+
+/**
+ * @brief Timed rotation: the interval a session created at \p created_ms is in
+ *        at \p now for a provider rotating every \p every_s seconds.
+ * @param start_ms Out (optional): when that interval began.
+ * @returns the interval number (0 = the first); 0 when every_s <= 0.
+ */
+int64_t fetch_timed_interval(int64_t created_ms, int64_t every_s, int64_t now,
+                             int64_t *start_ms);
 
 #endif

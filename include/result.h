@@ -8,6 +8,22 @@
  * body_base64, body_sha256, bytes, fetched_at (RFC 3339 UTC), attempts,
  * rotations, outcome (fetched | failed | shadow), category when failed, session
  * (exit name, never credentials), generation and the job's meta.
+ *
+ * "session" is {"exit": NAME} plus, for a session of a provider with timed
+ * rotation, "rotates_at" (RFC 3339 UTC): the end of the provider's interval
+ * the result was fetched in (its exit is not current after that; nothing may
+ * reuse the answer as "through this session" beyond it).
+ *
+ * A workflow job (steps) adds:
+ *   "restarts": N   times it restarted from its first step on another session
+ *   "steps": [ {"step": i, "method", "url" (as submitted), "status",
+ *               "final_url" (only when a redirect changed it), "bytes",
+ *               "body_sha256" (when the step has a complete body), "attempts"
+ *               (in the run that produced the result), "exit" (session name),
+ *               "category" (the failing step only)}, ... ]
+ * with one record per step of the last run: all of them when fetched, up to
+ * and including the failing one when failed.  status, final_url, headers and
+ * body are the last step's (the failing one's when failed).
  */
 #ifndef DEDUPD_RESULT_H
 #define DEDUPD_RESULT_H

@@ -116,6 +116,31 @@ static const struct cfg_option cfg_options[] = {
     {"fetch.session_max_age_ms", CFG_INT, CFG_OFF(fetch_session_max_age_ms), 0,
      INT64_C(604800000), "1800000", "ms", 0,
      "Retire a provider session at this age (0 = no limit)."},
+    {"fetch.per_host_max_inflight", CFG_INT, CFG_OFF(fetch_per_host_max_inflight),
+     0, 100000, "64", "requests", 0,
+     "Requests to one target host (name or IP, any port) running at once; more "
+     "wait in the engine (0 = no cap)."},
+    {"fetch.per_host_rate_per_min", CFG_INT, CFG_OFF(fetch_per_host_rate_per_min),
+     0, 60000000, "0", "requests/min", 0,
+     "Requests started per minute to one target host (token bucket, refilled "
+     "continuously; attempts, redirect hops and workflow steps all count); "
+     "0 = no limit."},
+    {"fetch.per_host_burst", CFG_INT, CFG_OFF(fetch_per_host_burst), 1, 100000,
+     "1", "requests", 0,
+     "Token bucket size of fetch.per_host_rate_per_min: requests a host may get "
+     "at once after a quiet period."},
+    {"fetch.proxy_auth_cooldown_ms", CFG_INT, CFG_OFF(fetch_proxy_auth_cooldown_ms),
+     0, 86400000, "300000", "ms", 0,
+     "After a 407 or SOCKS authentication rejection, the credential set (a "
+     "provider, or a plain exit) is not used for this long."},
+    {"fetch.workflow_max_restarts", CFG_INT, CFG_OFF(fetch_workflow_max_restarts),
+     0, 100, "3", "restarts", 0,
+     "Times a restartable workflow (every step safe, or \"replayable\": true) "
+     "restarts from its first step on another session after a session failure."},
+    {"fetch.workflow_step_retries", CFG_INT, CFG_OFF(fetch_workflow_step_retries),
+     0, 100, "1", "retries", 0,
+     "Retries of a safe workflow step on the same session after a 5xx, before "
+     "the workflow restarts (or fails)."},
     {"identity.variance_headers", CFG_LIST,
      CFG_OFF(identity_variance_headers), 0, 0, "accept,accept-language", "", 0,
      "Request headers that are part of a job's identity."},

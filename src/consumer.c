@@ -489,6 +489,26 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         h[i].name = j->req.headers[i].name;
         h[i].value = j->req.headers[i].value;
     }
+    /* A workflow: every step, with its headers (borrowed from the job). */
+    struct fetch_step *steps = calloc(j->n_steps + 1, sizeof(*steps));
+    struct fetch_header **sh = calloc(j->n_steps + 1, sizeof(*sh));
+    if (!h || !steps || !sh)
+        abort(); /* out of memory */
+    for (size_t s = 0; s < j->n_steps; s++) {
+        const struct job_request *jr = &j->steps[s];
+        sh[s] = calloc(jr->n_headers + 1, sizeof(**sh));
+        if (!sh[s])
+            abort();
+        for (size_t i = 0; i < jr->n_headers; i++) {
+            sh[s][i].name = jr->headers[i].name;
+            sh[s][i].value = jr->headers[i].value;
+        }
+        steps[s] = (struct fetch_step){
+            .url = jr->url, .method = jr->method, .headers = sh[s],
+            .n_headers = jr->n_headers, .body = jr->body,
+            .body_len = jr->body_len,
+        };
+    }
     int64_t budget = j->deadline_s > 0 ? j->deadline_s * 1000
                                        : pl->cfg->fetch_deadline_ms;
     struct fetch_req req = {
@@ -502,9 +522,16 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .country = j->country,
         .deadline_ms = now_ms() + budget,
         .opaque = o,
+        .steps = j->n_steps ? steps : NULL,
+        .n_steps = j->n_steps,
+        .replayable = j->replayable,
     };
     if (fetch_submit(pl->fetch, &req))
         abort(); /* out of memory */
+    for (size_t s = 0; s < j->n_steps; s++)
+        free(sh[s]);
+    free(sh);
+    free(steps);
     free(h);
 }
 
@@ -754,15 +781,7 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         send_dlq(pl, rkm, pm, e);
         return false;
     }
-    if (job->n_steps > 0 && !pl->opts->shadow) {
-        /* Until the fetch engine runs workflows, refuse them rather than
-         * fetch only their first step. */
-        job_destroy(job);
-        send_dlq(pl, rkm, pm,
-                 "field 'steps': workflow jobs are not supported by this "
-                 "version of dedupd yet");
-        return false;
-    }
+    /* Workflow jobs ("steps") run in the fetch engine (fetch.h). */
     /* The key is a routing hint; count keys that differ from op_id. */
     size_t idlen = strlen(job->op_id);
     if (!rkm->key || rkm->key_len != idlen || memcmp(rkm->key, job->op_id, idlen)) {

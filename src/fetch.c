@@ -16,15 +16,17 @@
 #include <time.h>
 
 #include "config.h"
+#include "key.h"
 #include "log.h"
 #include "metrics.h"
 #include "retry.h"
 
 /* ---- session pool ------------------------------------------------------ */
 
-/* A session is one proxy exit (or "direct").  Providers with session ids in the
- * username come with the fetch engine issue; here each configured exit is one
- * sticky session, and rotating an op moves it to another session. */
+/* A session is one proxy exit (or "direct"): each plain exit of proxy.exits,
+ * and each provider session (a session id in the username, or a session of the
+ * provider's API).  Rotating an op moves it to another session, or moves the
+ * session to another exit (provider API, new session id). */
 struct session {
     char *proxy;             /* proxy URL, NULL = direct */
     char name[128];          /* shown in results and logs */
@@ -41,7 +43,18 @@ struct session {
     int64_t created_at_ms;
     uint64_t errors_in_row;
     uint64_t uses_since_new;
+    unsigned renewals;       /* bumped on every renewal (new exit) */
+    int pinned;              /* workflows bound to it mid-way: not renewed */
+    int64_t suspended_until_ms; /* proxy_auth: its credential set is out */
+    /* timed rotation: the provider's interval the session was last seen in */
+    int64_t epoch, epoch_start_ms;
 };
+
+static bool session_timed(const struct session *s)
+{
+    return s->provider && !strcmp(s->provider->rotation, "timed") &&
+           s->provider->rotate_every_s > 0;
+}
 
 struct cidr {
     int family;
@@ -51,17 +64,40 @@ struct cidr {
 
 enum xfer_state { XF_WAITING, XF_RUNNING };
 
+/* One request of an op: the op itself, or one step of a workflow (owned). */
+struct wstep {
+    char *url, *method;
+    char **hdr_names, **hdr_values;
+    size_t n_headers;
+    unsigned char *body;          /* NULL = none */
+    size_t body_len;
+};
+
+/* Per-host limits: running requests and the token bucket of one host. */
+struct host_slot {
+    struct host_slot *next;
+    char *host;
+    int inflight;
+    struct fetch_bucket bucket;
+    int64_t last_ms;
+};
+#define HOST_BUCKETS 1024
+
 struct xfer {
     struct xfer *next;            /* in waiting list or done queue */
     struct xfer *run_prev, *run_next; /* in the running list */
-    /* request (owned copies) */
+    /* the op's requests (owned): one, or a workflow's steps */
+    struct wstep *steps;
+    size_t n_steps;
+    bool workflow, replayable;
+    size_t step;                  /* current step */
+    /* current request: the step's, changed by redirects */
     char *url;                    /* current URL (changes on redirect) */
-    char *orig_url;
+    const char *orig_url;         /* the step's URL as submitted (borrowed) */
     char *method;
-    char **hdr_names, **hdr_values;
-    size_t n_headers;
-    unsigned char *body;
+    const unsigned char *body;    /* borrowed from the step; NULL after 303 */
     size_t body_len;
+    char host[256];               /* per-host limit key of url */
     bool safe;
     char country[3];
     int64_t deadline_ms;
@@ -72,6 +108,21 @@ struct xfer {
     int session;                  /* index or -1 */
     bool fresh_connect;
     uint32_t attempts, rotations, throttled, redirects;
+    uint32_t step_attempts;       /* attempts of the current step in this run */
+    uint32_t step_5xx;            /* same-session retries of the step on 5xx */
+    uint32_t restarts;            /* workflow restarts from the first step */
+    bool need_rotate;             /* next launch moves to another session */
+    bool wait_slot, gate_waited;  /* held by the per-host concurrency cap */
+    struct host_slot *hs;         /* slot counted while running */
+    int pin;                      /* session pinned mid-way, or -1 */
+    unsigned run_renewals;        /* session identity when the run bound it */
+    int64_t run_epoch;
+    CURLSH *jar;                  /* workflows: cookie jar of this run */
+    int jar_session;              /* session the jar belongs to */
+    unsigned jar_renewals;
+    int64_t jar_epoch;
+    struct fetch_step_result *sres; /* step outcomes of this run */
+    size_t n_sres;
     CURL *easy;
     struct curl_slist *slist;
     char errbuf[CURL_ERROR_SIZE];
@@ -100,10 +151,16 @@ struct fetch {
     size_t done_head, done_n, done_cap;
     size_t inflight;              /* submitted, not taken */
 
+    struct xfer **incoming_tailp;
+
     /* thread-local */
-    struct xfer *waiting;         /* retry timers and new work */
+    struct xfer *waiting;         /* retry timers and new work (FIFO) */
+    struct xfer **waiting_tailp;
     struct xfer *run_head;        /* transfers attached to the multi handle */
     size_t running;
+    struct host_slot *hosts[HOST_BUCKETS];
+    size_t n_hosts;
+    int64_t hosts_swept_ms;
 
     struct session *sessions;
     size_t n_sessions;
@@ -115,7 +172,8 @@ struct fetch {
     uint64_t rnd;
 
     atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
-        st_completed, st_failed;
+        st_completed, st_failed, st_restarts, st_host_waits,
+        st_auth_suspensions;
 };
 
 #define FETCH_MAX_HEADER_BYTES (256 * 1024) /* one response's header block */
@@ -125,6 +183,47 @@ static int64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_min,
+                          int64_t burst)
+{
+    if (rate_per_min <= 0)
+        return 0;
+    if (burst < 1)
+        burst = 1;
+    if (b->at_ms == 0) {
+        b->tokens = (double)burst;
+        b->at_ms = now;
+    } else if (now > b->at_ms) {
+        b->tokens += (double)(now - b->at_ms) * (double)rate_per_min / 60000.0;
+        if (b->tokens > (double)burst)
+            b->tokens = (double)burst;
+        b->at_ms = now;
+    }
+    if (b->tokens >= 1.0 - 1e-9) {
+        b->tokens -= 1.0;
+        return 0;
+    }
+    double ms = (1.0 - b->tokens) * 60000.0 / (double)rate_per_min;
+    int64_t w = (int64_t)ms;
+    if ((double)w < ms)
+        w++;
+    return w < 1 ? 1 : w;
+}
+
+int64_t fetch_timed_interval(int64_t created_ms, int64_t every_s, int64_t now,
+                             int64_t *start_ms)
+{
+    if (every_s <= 0 || now < created_ms) {
+        if (start_ms)
+            *start_ms = created_ms;
+        return 0;
+    }
+    int64_t e = (now - created_ms) / (every_s * 1000);
+    if (start_ms)
+        *start_ms = created_ms + e * every_s * 1000;
+    return e;
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -427,6 +526,9 @@ static void session_renew(struct fetch *f, struct session *s, const char *why)
     s->uses_since_new = 0;
     s->errors_in_row = 0;
     s->created_at_ms = now_ms();
+    s->renewals++;
+    s->epoch = 0;
+    s->epoch_start_ms = s->created_at_ms;
     if (s->provider->api_url[0]) {
         char path[128], err[256];
         snprintf(path, sizeof(path), "/session/%s/rotate", s->sid);
@@ -490,6 +592,7 @@ static dd_err_t sessions_from_providers(struct fetch *f, char *errstr,
                 memset(s, 0, sizeof(*s));
                 s->provider = p;
                 s->created_at_ms = now_ms();
+                s->epoch_start_ms = s->created_at_ms;
                 if (p->countries.n)
                     snprintf(s->country, sizeof(s->country), "%s",
                              p->countries.v[c]);
@@ -537,8 +640,34 @@ static void session_check_retire(struct fetch *f, struct session *s, int64_t now
     else if (c->fetch_session_max_age_ms &&
              now - s->created_at_ms >= c->fetch_session_max_age_ms)
         why = "max age";
-    if (why && s->active == 0)
+    if (why && s->active == 0 && s->pinned == 0)
         session_renew(f, s, why);
+}
+
+/* Timed rotation: when the provider's interval changed since the session was
+ * last seen, the session stands on a new exit: the old exit's cooldown and
+ * error count no longer apply (connections of the old interval are not
+ * reused: start_attempt). */
+static void session_timed_update(struct session *s, int64_t now)
+{
+    if (!session_timed(s))
+        return;
+    int64_t start;
+    int64_t e = fetch_timed_interval(s->created_at_ms, s->provider->rotate_every_s,
+                                     now, &start);
+    if (e == s->epoch)
+        return;
+    s->epoch = e;
+    s->epoch_start_ms = start;
+    s->cooldown_until_ms = 0;
+    s->errors_in_row = 0;
+    log_msg(LOG_DEBUG, "fetch", "session %s: timed rotation (interval %lld)",
+            s->name, (long long)e);
+}
+
+static bool session_suspended(const struct session *s, int64_t now)
+{
+    return s->suspended_until_ms > now;
 }
 
 /* ---- transfers ----------------------------------------------------------- */
@@ -625,23 +754,52 @@ static void xfer_reset_response(struct xfer *x)
     x->errbuf[0] = '\0';
 }
 
+static void wstep_free(struct wstep *w)
+{
+    free(w->url);
+    free(w->method);
+    for (size_t i = 0; i < w->n_headers; i++) {
+        free(w->hdr_names[i]);
+        free(w->hdr_values[i]);
+    }
+    free(w->hdr_names);
+    free(w->hdr_values);
+    free(w->body);
+}
+
+static void sres_free(struct fetch_step_result *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].final_url);
+    free(v);
+}
+
+/* Drop the op's cookie jar (a new session starts with none). */
+static void jar_drop(struct xfer *x)
+{
+    if (!x->jar)
+        return;
+    if (x->easy)
+        curl_easy_setopt(x->easy, CURLOPT_SHARE, NULL);
+    curl_share_cleanup(x->jar);
+    x->jar = NULL;
+}
+
 static void xfer_free(struct xfer *x)
 {
     if (!x)
         return;
     if (x->easy)
         curl_easy_cleanup(x->easy);
+    x->easy = NULL;
+    jar_drop(x);
     curl_slist_free_all(x->slist);
     free(x->url);
-    free(x->orig_url);
     free(x->method);
-    for (size_t i = 0; i < x->n_headers; i++) {
-        free(x->hdr_names[i]);
-        free(x->hdr_values[i]);
-    }
-    free(x->hdr_names);
-    free(x->hdr_values);
-    free(x->body);
+    for (size_t i = 0; i < x->n_steps; i++)
+        wstep_free(&x->steps[i]);
+    free(x->steps);
+    sres_free(x->sres, x->n_sres);
     free(x->rbody);
     free(x->retry_after);
     free(x->etag);
@@ -651,21 +809,138 @@ static void xfer_free(struct xfer *x)
     free(x);
 }
 
+/* The per-host limit key of \p url: its host, lower-case (any port). */
+static void url_host_key(const char *url, char *out, size_t size)
+{
+    CURLU *u = curl_url();
+    char *host = NULL;
+    out[0] = '\0';
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        size_t i = 0;
+        for (; host[i] && i + 1 < size; i++)
+            out[i] = (char)tolower((unsigned char)host[i]);
+        out[i] = '\0';
+    }
+    curl_free(host);
+    curl_url_cleanup(u);
+}
+
+static void xfer_set_url(struct xfer *x, char *url)
+{
+    free(x->url);
+    x->url = url;
+    url_host_key(url, x->host, sizeof(x->host));
+}
+
+/* Make step \p i the current request (a new run of it: no redirects yet). */
+static void xfer_load_step(struct xfer *x, size_t i)
+{
+    struct wstep *w = &x->steps[i];
+    x->step = i;
+    xfer_set_url(x, strdup(w->url));
+    x->orig_url = w->url;
+    free(x->method);
+    x->method = strdup(w->method);
+    x->body = w->body;
+    x->body_len = w->body_len;
+    x->redirects = 0;
+    x->step_attempts = 0;
+    x->step_5xx = 0;
+}
+
+/* ---- per-host limits ------------------------------------------------------ */
+
+static uint64_t host_hash(const char *h)
+{
+    uint64_t v = 1469598103934665603ull;
+    for (; *h; h++)
+        v = (v ^ (unsigned char)*h) * 1099511628211ull;
+    return v;
+}
+
+static struct host_slot *host_get(struct fetch *f, const char *host)
+{
+    struct host_slot **b = &f->hosts[host_hash(host) % HOST_BUCKETS];
+    for (struct host_slot *h = *b; h; h = h->next)
+        if (!strcmp(h->host, host))
+            return h;
+    struct host_slot *h = calloc(1, sizeof(*h));
+    if (!h || !(h->host = strdup(host)))
+        abort();
+    h->next = *b;
+    *b = h;
+    f->n_hosts++;
+    return h;
+}
+
+/* Forget hosts idle long enough that their bucket is full again. */
+static void hosts_sweep(struct fetch *f, int64_t now)
+{
+    if (now - f->hosts_swept_ms < 10000)
+        return;
+    f->hosts_swept_ms = now;
+    const struct cfg *c = f->cfg;
+    int64_t idle = 60000;
+    if (c->fetch_per_host_rate_per_min > 0) {
+        int64_t refill = c->fetch_per_host_burst * 60000 / c->fetch_per_host_rate_per_min + 1;
+        if (refill > idle)
+            idle = refill;
+    }
+    for (size_t i = 0; i < HOST_BUCKETS; i++) {
+        struct host_slot **pp = &f->hosts[i];
+        while (*pp) {
+            struct host_slot *h = *pp;
+            if (h->inflight == 0 && now - h->last_ms > idle) {
+                *pp = h->next;
+                free(h->host);
+                free(h);
+                f->n_hosts--;
+            } else
+                pp = &h->next;
+        }
+    }
+}
+
+static void host_release(struct xfer *x)
+{
+    if (x->hs) {
+        x->hs->inflight--;
+        x->hs = NULL;
+    }
+}
+
+/* ---- queues ---------------------------------------------------------------- */
+
+static void waiting_push(struct fetch *f, struct xfer *x)
+{
+    x->next = NULL;
+    x->state = XF_WAITING;
+    *f->waiting_tailp = x;
+    f->waiting_tailp = &x->next;
+}
+
 /* Pick a session for \p x: keep its bound one unless \p rotate; otherwise the
- * least used session that is not cooling down and not the current one.
- * Returns -1 when every candidate cools down; *wait_until then says until when. */
+ * least used session that is not cooling down, not suspended (proxy_auth) and
+ * not the current one.  Returns -1 when every candidate cools down
+ * (*wait_until then says until when), -2 when no session outside a suspended
+ * credential set can serve the op. */
 static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
                         int64_t now, int64_t *wait_until)
 {
     if (f->n_sessions == 0)
         return -1;
-    if (!rotate && x->session >= 0 &&
-        f->sessions[x->session].cooldown_until_ms <= now) {
-        session_check_retire(f, &f->sessions[x->session], now);
-        return x->session;
+    if (!rotate && x->session >= 0) {
+        struct session *cur = &f->sessions[x->session];
+        session_timed_update(cur, now);
+        if (!session_suspended(cur, now) && cur->cooldown_until_ms <= now) {
+            session_check_retire(f, cur, now);
+            return x->session;
+        }
     }
     int best = -1;
     int64_t earliest = INT64_MAX;
+    bool skipped_suspended = false;
     for (size_t k = 0; k < f->n_sessions; k++) {
         size_t i = (f->rr + k) % f->n_sessions;
         struct session *s = &f->sessions[i];
@@ -677,6 +952,11 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
         if (x->country[0] && !s->country[0] && s->provider &&
             s->provider->countries.n)
             continue;
+        if (session_suspended(s, now)) {
+            skipped_suspended = true;
+            continue;
+        }
+        session_timed_update(s, now);
         if (s->cooldown_until_ms > now) {
             if (s->cooldown_until_ms < earliest)
                 earliest = s->cooldown_until_ms;
@@ -686,9 +966,20 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
             best = (int)i;
     }
     f->rr++;
-    if (best < 0)
+    if (best < 0 && rotate && earliest == INT64_MAX && x->session >= 0 &&
+        !session_suspended(&f->sessions[x->session], now)) {
+        /* No other session can serve it: stay (after its cooldown). */
+        struct session *cur = &f->sessions[x->session];
+        if (cur->cooldown_until_ms <= now)
+            best = x->session;
+        else
+            earliest = cur->cooldown_until_ms;
+    }
+    if (best < 0) {
+        if (earliest == INT64_MAX && skipped_suspended)
+            return -2;
         *wait_until = earliest == INT64_MAX ? now + 100 : earliest;
-    else
+    } else
         session_check_retire(f, &f->sessions[best], now);
     return best;
 }
@@ -731,6 +1022,26 @@ static bool is_blocked(struct fetch *f, long status)
     return false;
 }
 
+/* A workflow between its first and last step: bound to its session. */
+static bool wf_midway(const struct xfer *x)
+{
+    return x->workflow && x->step > 0;
+}
+
+/* Restarting re-sends every step: only when each is safe or the job allows. */
+static bool wf_restartable(const struct xfer *x)
+{
+    return x->workflow && (x->safe || x->replayable);
+}
+
+static void unpin(struct fetch *f, struct xfer *x)
+{
+    if (x->pin >= 0) {
+        f->sessions[x->pin].pinned--;
+        x->pin = -1;
+    }
+}
+
 static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
 {
     if (url_target_refused(f, x->url)) {
@@ -740,6 +1051,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         return;
     }
     struct session *s = &f->sessions[x->session];
+    struct wstep *w = &x->steps[x->step];
     xfer_reset_response(x);
     if (!x->easy)
         x->easy = curl_easy_init();
@@ -769,6 +1081,25 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
         x->fresh_connect = false;
     }
+    if (x->workflow) {
+        /* The op's cookie jar: a per-op share, so that cookies survive
+         * curl_easy_reset and never meet another op's.  A jar belongs to one
+         * session (and one exit of it): a new one starts empty. */
+        if (x->jar && (x->jar_session != x->session ||
+                       x->jar_renewals != s->renewals || x->jar_epoch != s->epoch))
+            jar_drop(x);
+        if (!x->jar) {
+            x->jar = curl_share_init();
+            if (!x->jar)
+                abort();
+            curl_share_setopt(x->jar, CURLSHOPT_SHARE, CURL_LOCK_DATA_COOKIE);
+            x->jar_session = x->session;
+            x->jar_renewals = s->renewals;
+            x->jar_epoch = s->epoch;
+        }
+        curl_easy_setopt(e, CURLOPT_SHARE, x->jar);
+        curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");
+    }
     if (s->proxy) {
         curl_easy_setopt(e, CURLOPT_PROXY, s->proxy);
         if (s->provider && s->provider->password) {
@@ -784,21 +1115,32 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         if (s->provider && !strcmp(s->provider->rotation, "per_request")) {
             curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
             curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+        } else if (session_timed(s)) {
+            /* No connection (tunnel) of an earlier interval: its exit is
+             * gone.  CURLOPT_MAXLIFETIME_CONN counts whole seconds of a
+             * connection's age, so early in an interval every connection is
+             * fresh, later only those younger than the interval are reused. */
+            session_timed_update(s, now);
+            int64_t in = now - s->epoch_start_ms;
+            if (in < 2000)
+                curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+            else
+                curl_easy_setopt(e, CURLOPT_MAXLIFETIME_CONN, (long)(in / 1000 - 1));
         }
     } else {
         curl_easy_setopt(e, CURLOPT_PROXY, "");
     }
     curl_slist_free_all(x->slist);
     x->slist = NULL;
-    for (size_t i = 0; i < x->n_headers; i++) {
-        size_t n = strlen(x->hdr_names[i]) + strlen(x->hdr_values[i]) + 3;
+    for (size_t i = 0; i < w->n_headers; i++) {
+        size_t n = strlen(w->hdr_names[i]) + strlen(w->hdr_values[i]) + 3;
         char *line = malloc(n);
         if (!line)
             abort();
-        if (x->hdr_values[i][0])
-            snprintf(line, n, "%s: %s", x->hdr_names[i], x->hdr_values[i]);
+        if (w->hdr_values[i][0])
+            snprintf(line, n, "%s: %s", w->hdr_names[i], w->hdr_values[i]);
         else
-            snprintf(line, n, "%s;", x->hdr_names[i]);
+            snprintf(line, n, "%s;", w->hdr_names[i]);
         x->slist = curl_slist_append(x->slist, line);
         free(line);
     }
@@ -813,6 +1155,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
     }
     x->attempts++;
+    x->step_attempts++;
     if (x->n_alog == 0 || x->alog[x->n_alog - 1].ended_at_ms) {
         if (x->n_alog == x->cap_alog) {
             x->cap_alog = x->cap_alog ? x->cap_alog * 2 : 4;
@@ -822,6 +1165,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         }
         memset(&x->alog[x->n_alog], 0, sizeof(*x->alog));
         x->alog[x->n_alog].started_at_ms = now_ms();
+        x->alog[x->n_alog].step = (uint32_t)x->step;
         snprintf(x->alog[x->n_alog].session, sizeof(x->alog[0].session), "%s",
                  s->name);
         x->n_alog++;
@@ -837,7 +1181,6 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
     if (f->run_head)
         f->run_head->run_prev = x;
     f->run_head = x;
-    (void)now;
     curl_multi_add_handle(f->multi, e);
 }
 
@@ -846,14 +1189,12 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
 static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
 {
     int64_t now = now_ms();
-    if ((int64_t)x->attempts >= f->cfg->fetch_max_attempts)
+    if ((int64_t)x->step_attempts >= f->cfg->fetch_max_attempts)
         return false;
     if (now + delay_ms >= x->deadline_ms)
         return false;
     x->not_before_ms = now + delay_ms;
-    x->state = XF_WAITING;
-    x->next = f->waiting;
-    f->waiting = x;
+    waiting_push(f, x);
     return true;
 }
 
@@ -866,10 +1207,15 @@ static struct fetch_result *result_from(struct xfer *x)
     r->attempts = x->attempts;
     r->rotations = x->rotations;
     r->throttled = x->throttled;
+    r->restarts = x->restarts;
     r->fetched_at_ms = now_ms();
-    if (x->session >= 0)
-        snprintf(r->session, sizeof(r->session), "%s",
-                 x->f->sessions[x->session].name);
+    if (x->session >= 0) {
+        const struct session *s = &x->f->sessions[x->session];
+        snprintf(r->session, sizeof(r->session), "%s", s->name);
+        if (session_timed(s))
+            r->session_rotates_at_ms =
+                s->epoch_start_ms + s->provider->rotate_every_s * 1000;
+    }
     return r;
 }
 
@@ -884,15 +1230,56 @@ static bool category_partial(const char *category)
                         !strcmp(category, "canceled"));
 }
 
+/* Record the outcome of the current workflow step (this run). */
+static void sres_record(struct xfer *x, long status, const char *category)
+{
+    if (!x->workflow)
+        return;
+    if (!x->sres) {
+        x->sres = calloc(x->n_steps, sizeof(*x->sres));
+        if (!x->sres)
+            abort();
+    }
+    if (x->n_sres >= x->n_steps)
+        return;
+    struct fetch_step_result *sr = &x->sres[x->n_sres++];
+    sr->status = status;
+    sr->final_url = x->url ? strdup(x->url) : NULL;
+    sr->bytes = x->rlen;
+    if (status && (!category || !category_partial(category)) && x->rbody)
+        key_sha256_hex(x->rbody, x->rlen, sr->body_sha256);
+    else if (status && (!category || !category_partial(category)))
+        key_sha256_hex("", 0, sr->body_sha256);
+    sr->attempts = x->step_attempts;
+    snprintf(sr->category, sizeof(sr->category), "%s", category ? category : "");
+    if (x->session >= 0)
+        snprintf(sr->session, sizeof(sr->session), "%s",
+                 x->f->sessions[x->session].name);
+    if (x->n_alog)
+        snprintf(sr->exit_addr, sizeof(sr->exit_addr), "%s",
+                 x->alog[x->n_alog - 1].exit_addr);
+    sr->ended_at_ms = now_ms();
+}
+
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
     att_close(x, status, ok ? NULL : category, ok ? NULL : error);
+    sres_record(x, status, ok ? NULL : category);
+    unpin(f, x);
+    host_release(x);
     struct fetch_result *r = result_from(x);
     r->attempt_log = x->alog;
     r->n_attempt_log = x->n_alog;
     x->alog = NULL;
     x->n_alog = x->cap_alog = 0;
+    if (x->workflow) {
+        r->steps = x->sres;
+        r->n_steps = x->n_sres;
+        r->n_steps_total = x->n_steps;
+        x->sres = NULL;
+        x->n_sres = 0;
+    }
     r->ok = ok;
     r->status = status;
     if (!ok) {
@@ -939,7 +1326,7 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
 {
     att_close(x, status, category, error);
     if (retryable) {
-        int64_t d = retry_backoff_ms((int)x->attempts - 1,
+        int64_t d = retry_backoff_ms((int)x->step_attempts - 1,
                                      f->cfg->fetch_backoff_base_ms,
                                      f->cfg->fetch_backoff_max_ms,
                                      xorshift(&f->rnd));
@@ -952,12 +1339,139 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
     finish(f, x, false, status, category, error);
 }
 
+/* A session failure during a workflow (the attempt, if any, is closed): the
+ * partial run is discarded and the workflow restarts from its first step on
+ * another session when it may (wf_restartable, restarts left, deadline);
+ * otherwise it fails with \p category. */
+static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
+                               const char *category, const char *error)
+{
+    if (!wf_restartable(x) ||
+        (int64_t)x->restarts >= f->cfg->fetch_workflow_max_restarts) {
+        finish(f, x, false, status, category, error);
+        return;
+    }
+    int64_t d = retry_backoff_ms((int)x->restarts, f->cfg->fetch_backoff_base_ms,
+                                 f->cfg->fetch_backoff_max_ms, xorshift(&f->rnd));
+    if (now_ms() + d >= x->deadline_ms) {
+        finish(f, x, false, status, category, error);
+        return;
+    }
+    log_msg(LOG_INFO, "fetch",
+            "workflow %s: %s at step %zu of %zu through %s; restarting from "
+            "the first step on another session", x->steps[0].url, category,
+            x->step + 1, x->n_steps,
+            x->session >= 0 ? f->sessions[x->session].name : "-");
+    x->restarts++;
+    atomic_fetch_add(&f->st_restarts, 1);
+    unpin(f, x);
+    sres_free(x->sres, x->n_sres);
+    x->sres = NULL;
+    x->n_sres = 0;
+    jar_drop(x);
+    xfer_load_step(x, 0);
+    xfer_reset_response(x);
+    x->rlen = 0;
+    x->need_rotate = (int64_t)x->rotations < f->cfg->fetch_max_rotations;
+    x->fresh_connect = true;
+    x->not_before_ms = now_ms() + d;
+    waiting_push(f, x);
+}
+
+/* A step answered: the workflow goes on with its next step on the same
+ * session, or the op is done. */
+static void step_ok(struct fetch *f, struct xfer *x, long status)
+{
+    if (!x->workflow || x->step + 1 >= x->n_steps) {
+        finish(f, x, true, status, NULL, NULL);
+        return;
+    }
+    att_close(x, status, NULL, NULL);
+    sres_record(x, status, NULL);
+    if (x->pin < 0 && x->session >= 0) {
+        /* From here the workflow is bound to this session (and its exit). */
+        struct session *s = &f->sessions[x->session];
+        x->pin = x->session;
+        s->pinned++;
+        x->run_renewals = s->renewals;
+        x->run_epoch = s->epoch;
+    }
+    xfer_load_step(x, x->step + 1);
+    xfer_reset_response(x);
+    x->rlen = 0;
+    x->not_before_ms = 0;
+    waiting_push(f, x);
+}
+
+/* 407 or a SOCKS authentication rejection: retire the session, suspend its
+ * credential set, and move the op to another set's session, else fail. */
+static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
+                              const char *error)
+{
+    struct session *s = &f->sessions[x->session];
+    int64_t now = now_ms();
+    att_close(x, status, "proxy_auth", error);
+    s->errors++;
+    int64_t cd = f->cfg->fetch_proxy_auth_cooldown_ms;
+    if (cd > 0) {
+        int64_t until = now + cd;
+        bool newly = false;
+        for (size_t i = 0; i < f->n_sessions; i++) {
+            struct session *t = &f->sessions[i];
+            if (t != s && (!s->provider || t->provider != s->provider))
+                continue;
+            if (t->suspended_until_ms <= now)
+                newly = true;
+            if (t->suspended_until_ms < until)
+                t->suspended_until_ms = until;
+        }
+        if (newly) {
+            atomic_fetch_add(&f->st_auth_suspensions, 1);
+            log_msg(LOG_WARNING, "fetch",
+                    "proxy refused the credentials of %s %s (%s): not used "
+                    "for %lld ms", s->provider ? "provider" : "exit",
+                    s->provider ? s->provider->name : s->name,
+                    error ? error : "407", (long long)cd);
+        }
+    }
+    /* Retire the session: a new session id (and tunnel) when it returns. */
+    int others_pinned = s->pinned - (x->pin == x->session ? 1 : 0);
+    if (s->provider && !s->provider->api_url[0] && s->active == 0 &&
+        others_pinned == 0)
+        session_renew(f, s, "proxy_auth");
+    x->fresh_connect = true;
+    char msg[320];
+    if (wf_midway(x) && !wf_restartable(x)) {
+        finish(f, x, false, status, "proxy_auth", error);
+        return;
+    }
+    int64_t wait_until = 0;
+    int next = (int64_t)x->rotations < f->cfg->fetch_max_rotations
+                   ? session_pick(f, x, true, now, &wait_until)
+                   : -2;
+    if (next == -2 || next == x->session) {
+        snprintf(msg, sizeof(msg), "%s; no session of another credential set "
+                 "is available", error ? error : "the proxy refused the credentials");
+        finish(f, x, false, status, "proxy_auth", msg);
+        return;
+    }
+    if (wf_midway(x)) {
+        wf_restart_or_fail(f, x, status, "proxy_auth", error);
+        return;
+    }
+    /* Nothing reached the origin: retried whatever the method. */
+    x->need_rotate = true;
+    if (!schedule_retry(f, x, 0))
+        finish(f, x, false, status, "proxy_auth", error);
+}
+
 /* Classify a finished attempt (see DESIGN.md section 5 categories). */
 static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
 {
     struct session *s = &f->sessions[x->session];
     s->active--;
     f->running--;
+    host_release(x);
     if (x->run_prev)
         x->run_prev->run_next = x->run_next;
     else
@@ -973,6 +1487,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &dl);
     atomic_fetch_add(&f->st_bytes, (uint64_t)dl);
     bool proxied = s->proxy != NULL;
+    bool midway = wf_midway(x);
     if (res == CURLE_OK && status < 500 && !is_blocked(f, status) && status != 407)
         s->errors_in_row = 0;
     else
@@ -994,7 +1509,22 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             log_msg(LOG_INFO, "fetch",
                     "HTTP %ld from %s through %s: session cools down %lld ms",
                     status, x->orig_url, s->name, (long long)delay);
+            char msg[96];
+            snprintf(msg, sizeof(msg), "HTTP %ld (blocked) on every attempt", status);
+            const char *cat = status == 429 ? "throttled" : "blocked";
+            if (midway) {
+                if (wf_restartable(x)) {
+                    att_close(x, status, cat, msg);
+                    wf_restart_or_fail(f, x, status, cat, msg);
+                } else {
+                    /* Bound to this exit: wait out its Retry-After and send
+                     * the step again (a blocked request was not acted on). */
+                    fail_or_retry(f, x, status, cat, msg, true);
+                }
+                return;
+            }
             if (s->provider && s->provider->api_url[0] && s->active == 0 &&
+                s->pinned == 0 &&
                 (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
                 /* The provider moves this session to another exit: the op
                  * keeps its session (and the old exit's cooldown no longer
@@ -1017,18 +1547,13 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
                     metrics_add(METRICS_ROTATIONS, 1);
                 }
             }
-            char msg[96];
-            snprintf(msg, sizeof(msg), "HTTP %ld (blocked) on every attempt", status);
             /* Backoff is short: the cooldown keeps the old exit out, and the
              * op waits for Retry-After only if no other session is free. */
-            fail_or_retry(f, x, status, status == 429 ? "throttled" : "blocked",
-                          msg, true);
+            fail_or_retry(f, x, status, cat, msg, true);
             return;
         }
         if (status == 407) {
-            s->errors++;
-            finish(f, x, false, status, "proxy_auth",
-                   "the proxy refused the credentials (407)");
+            proxy_auth_failed(f, x, status, "the proxy refused the credentials (407)");
             return;
         }
         if (status >= 300 && status < 400 && status != 304) {
@@ -1052,19 +1577,20 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
                     return;
                 }
                 x->redirects++;
-                char *next = strdup(loc);
-                free(x->url);
-                x->url = next;
+                xfer_set_url(x, strdup(loc));
                 if (status == 303 || ((status == 301 || status == 302) &&
                                       strcmp(x->method, "GET") && strcmp(x->method, "HEAD"))) {
                     free(x->method);
                     x->method = strdup("GET");
-                    free(x->body);
                     x->body = NULL;
                     x->body_len = 0;
                 }
-                x->attempts--; /* a redirect hop is part of the same attempt */
-                start_attempt(f, x, now_ms());
+                /* A redirect hop is part of the same attempt; it passes the
+                 * per-host limits of its target like any request. */
+                x->attempts--;
+                x->step_attempts--;
+                x->not_before_ms = 0;
+                waiting_push(f, x);
                 return;
             }
         }
@@ -1072,6 +1598,16 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             s->errors++;
             char msg[64];
             snprintf(msg, sizeof(msg), "HTTP %ld from the origin", status);
+            if (midway) {
+                if (x->safe && (int64_t)x->step_5xx < f->cfg->fetch_workflow_step_retries) {
+                    x->step_5xx++;
+                    fail_or_retry(f, x, status, "server_error", msg, true);
+                } else {
+                    att_close(x, status, "server_error", msg);
+                    wf_restart_or_fail(f, x, status, "server_error", msg);
+                }
+                return;
+            }
             fail_or_retry(f, x, status, "server_error", msg, x->safe);
             return;
         }
@@ -1081,7 +1617,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
             finish(f, x, false, status, "client_error", msg);
             return;
         }
-        finish(f, x, true, status, NULL, NULL);
+        step_ok(f, x, status);
         return;
     }
 
@@ -1096,12 +1632,21 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     }
     if (proxied && connect_code == 407) {
         /* 407 to CONNECT (https through an HTTP proxy). */
-        finish(f, x, false, 407, "proxy_auth",
-               "the proxy refused the credentials (407 to CONNECT)");
+        proxy_auth_failed(f, x, 407,
+                          "the proxy refused the credentials (407 to CONNECT)");
         return;
     }
     if (proxied && connect_code >= 300) {
         snprintf(err, sizeof(err), "the proxy answered %ld to CONNECT", connect_code);
+        if (midway) {
+            att_close(x, connect_code, "proxy_connect", err);
+            if (wf_restartable(x)) {
+                s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
+                wf_restart_or_fail(f, x, connect_code, "proxy_connect", err);
+            } else
+                fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
+            return;
+        }
         fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
         return;
     }
@@ -1111,7 +1656,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         if (pxerr == CURLPX_NO_AUTH || pxerr == CURLPX_USER_REJECTED ||
             pxerr == CURLPX_LONG_USER || pxerr == CURLPX_LONG_PASSWD ||
             pxerr == CURLPX_IDENTD_DIFFER) {
-            finish(f, x, false, 0, "proxy_auth", err);
+            proxy_auth_failed(f, x, 0, err);
             return;
         }
     }
@@ -1168,8 +1713,8 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         break;
     default:
         if (connect_code == 407) {
-            cat = "proxy_auth", terminal = true;
-            snprintf(err, sizeof(err), "the proxy refused the credentials (407)");
+            proxy_auth_failed(f, x, 407, "the proxy refused the credentials (407)");
+            return;
         } else if (proxied && (res == CURLE_PROXY || connect_code >= 400)) {
             cat = "proxy_connect", before_send = true;
         } else
@@ -1180,6 +1725,18 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         retry = false;
     else if (before_send)
         retry = true;
+    if (midway && !terminal) {
+        /* The bound session failed under the workflow. */
+        if (wf_restartable(x)) {
+            att_close(x, status, cat, err);
+            if (!strcmp(cat, "proxy_connect"))
+                s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
+            wf_restart_or_fail(f, x, status, cat, err);
+            return;
+        }
+        fail_or_retry(f, x, status, cat, err, retry);
+        return;
+    }
     if (!strcmp(cat, "proxy_connect") && f->n_sessions > 1) {
         /* The exit is unusable: move the op elsewhere. */
         int64_t wait_until = 0;
@@ -1195,28 +1752,132 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     fail_or_retry(f, x, status, cat, err, retry);
 }
 
+/* Launch what may start now.  Per waiting op: its timer; the per-host limits
+ * of its current target (concurrency cap, then token bucket); a session (its
+ * bound one mid-way through a workflow, another after a session failure, else
+ * session_pick); then the attempt. */
 static void launch_ready(struct fetch *f)
 {
+    const struct cfg *c = f->cfg;
     int64_t now = now_ms();
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
-        if (x->not_before_ms > now) {
+#define UNLINK()                                                               \
+    do {                                                                       \
+        *pp = x->next;                                                         \
+        if (f->waiting_tailp == &x->next)                                      \
+            f->waiting_tailp = pp;                                             \
+        x->next = NULL;                                                        \
+    } while (0)
+        if (!x->wait_slot && x->not_before_ms > now) {
             pp = &x->next;
             continue;
         }
-        if (now >= x->deadline_ms && x->attempts > 0) {
-            *pp = x->next;
-            finish(f, x, false, 0, "timeout", "deadline passed before a retry");
+        if (now >= x->deadline_ms && (x->attempts > 0 || x->gate_waited)) {
+            UNLINK();
+            finish(f, x, false, 0, "timeout",
+                   x->gate_waited && x->wait_slot
+                       ? "deadline passed while waiting for the per-host limits"
+                       : "deadline passed before a retry");
             continue;
         }
+        /* Per-host limits: check the cap first, take a token last. */
+        struct host_slot *hs = NULL;
+        if (c->fetch_per_host_max_inflight > 0 || c->fetch_per_host_rate_per_min > 0) {
+            hs = host_get(f, x->host);
+            hs->last_ms = now;
+            if (c->fetch_per_host_max_inflight > 0 &&
+                hs->inflight >= c->fetch_per_host_max_inflight) {
+                if (!x->gate_waited)
+                    atomic_fetch_add(&f->st_host_waits, 1);
+                x->wait_slot = x->gate_waited = true;
+                pp = &x->next;
+                continue;
+            }
+            x->wait_slot = false;
+            if (c->fetch_per_host_rate_per_min > 0) {
+                struct fetch_bucket probe = hs->bucket;
+                int64_t w = fetch_bucket_take(&probe, now, c->fetch_per_host_rate_per_min,
+                                              c->fetch_per_host_burst);
+                if (w > 0) {
+                    if (!x->gate_waited)
+                        atomic_fetch_add(&f->st_host_waits, 1);
+                    x->gate_waited = true;
+                    x->not_before_ms = now + w;
+                    pp = &x->next;
+                    continue;
+                }
+            }
+        }
         int64_t wait_until = 0;
-        int s = session_pick(f, x, false, now, &wait_until);
+        int s;
+        if (wf_midway(x) && !x->need_rotate) {
+            /* Bound to its session: no rotation mid-way. */
+            struct session *b = &f->sessions[x->session];
+            session_timed_update(b, now);
+            if (b->renewals != x->run_renewals || b->epoch != x->run_epoch) {
+                if (wf_restartable(x)) {
+                    UNLINK();
+                    wf_restart_or_fail(f, x, 0, "connect",
+                                       "the session's exit changed mid-way "
+                                       "(rotation)");
+                    continue;
+                }
+                log_msg(LOG_NOTICE, "fetch",
+                        "workflow %s: session %s changed exit mid-way; the "
+                        "workflow is not replayable and goes on", x->steps[0].url,
+                        b->name);
+                x->run_renewals = b->renewals;
+                x->run_epoch = b->epoch;
+            }
+            if (session_suspended(b, now)) {
+                UNLINK();
+                if (wf_restartable(x))
+                    wf_restart_or_fail(f, x, 0, "proxy_auth",
+                                       "the session's credential set is suspended");
+                else
+                    finish(f, x, false, 0, "proxy_auth",
+                           "the session's credential set is suspended");
+                continue;
+            }
+            if (b->cooldown_until_ms > now && wf_restartable(x)) {
+                /* Its exit is blocked (another op met a blocked status
+                 * there): start again elsewhere rather than wait. */
+                UNLINK();
+                wf_restart_or_fail(f, x, 429, "throttled",
+                                   "the workflow's session is cooling down "
+                                   "after a blocked status");
+                continue;
+            }
+            if (b->cooldown_until_ms > now) {
+                if (b->cooldown_until_ms >= x->deadline_ms) {
+                    UNLINK();
+                    finish(f, x, false, 429, "throttled",
+                           "the workflow's session was cooling down until the "
+                           "deadline");
+                    continue;
+                }
+                x->not_before_ms = b->cooldown_until_ms;
+                pp = &x->next;
+                continue;
+            }
+            s = x->session;
+        } else {
+            s = session_pick(f, x, x->need_rotate, now, &wait_until);
+        }
+        if (s == -2) {
+            UNLINK();
+            finish(f, x, false, 0, "proxy_auth",
+                   "every session that could serve this op belongs to a "
+                   "credential set suspended after proxy authentication failures");
+            continue;
+        }
         if (s < 0) {
             /* Every session cools down: wait for the first to come back
              * (this is where Retry-After is waited out). */
             if (wait_until >= x->deadline_ms) {
-                *pp = x->next;
+                UNLINK();
                 finish(f, x, false, 429, "throttled",
                        "every session was cooling down until the deadline");
                 continue;
@@ -1231,19 +1892,32 @@ static void launch_ready(struct fetch *f)
             atomic_fetch_add(&f->st_rotations, 1);
             metrics_add(METRICS_ROTATIONS, 1);
         }
+        x->need_rotate = false;
         x->session = s;
-        *pp = x->next;
-        x->next = NULL;
-        start_attempt(f, x, now);
+        if (hs) {
+            if (c->fetch_per_host_rate_per_min > 0)
+                (void)fetch_bucket_take(&hs->bucket, now, c->fetch_per_host_rate_per_min,
+                                        c->fetch_per_host_burst);
+            hs->inflight++;
+            x->hs = hs;
+        }
+        x->gate_waited = false;
+        UNLINK();
+        start_attempt(f, x, now); /* may finish (and free) x */
+#undef UNLINK
     }
 }
 
 static int64_t next_timer(struct fetch *f)
 {
     int64_t t = INT64_MAX;
-    for (struct xfer *x = f->waiting; x; x = x->next)
-        if (x->not_before_ms < t)
-            t = x->not_before_ms;
+    for (struct xfer *x = f->waiting; x; x = x->next) {
+        /* Ops held by the concurrency cap wake on a completion (or their
+         * deadline). */
+        int64_t at = x->wait_slot ? x->deadline_ms : x->not_before_ms;
+        if (at < t)
+            t = at;
+    }
     return t;
 }
 
@@ -1254,11 +1928,11 @@ static void *fetch_main(void *arg)
         pthread_mutex_lock(&f->lock);
         struct xfer *in = f->incoming;
         f->incoming = NULL;
+        f->incoming_tailp = &f->incoming;
         pthread_mutex_unlock(&f->lock);
         while (in) {
             struct xfer *n = in->next;
-            in->next = f->waiting;
-            f->waiting = in;
+            waiting_push(f, in);
             in = n;
         }
         launch_ready(f);
@@ -1274,7 +1948,9 @@ static void *fetch_main(void *arg)
             on_done(f, x, m->data.result);
         }
         launch_ready(f);
-        int64_t t = next_timer(f), now = now_ms();
+        int64_t now = now_ms();
+        hosts_sweep(f, now);
+        int64_t t = next_timer(f);
         int timeout = 1000;
         if (t != INT64_MAX)
             timeout = t <= now ? 0 : (int)(t - now < 1000 ? t - now : 1000);
@@ -1286,6 +1962,7 @@ static void *fetch_main(void *arg)
         f->run_head = x->run_next;
         curl_multi_remove_handle(f->multi, x->easy);
         f->sessions[x->session].active--;
+        host_release(x);
         finish(f, x, false, 0, "canceled", "canceled at shutdown");
     }
     while (f->waiting) {
@@ -1293,9 +1970,9 @@ static void *fetch_main(void *arg)
         f->waiting = x->next;
         finish(f, x, false, 0, "canceled", "canceled at shutdown");
     }
+    f->waiting_tailp = &f->waiting;
     return NULL;
 }
-
 dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
                    size_t errstr_size)
 {
@@ -1306,6 +1983,8 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
     f->rnd = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull | 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->done_cond, NULL);
+    f->incoming_tailp = &f->incoming;
+    f->waiting_tailp = &f->waiting;
     /* Sessions: each plain exit, then the provider sessions; none = direct. */
     f->sessions = calloc(cfg->proxy_exits.n + 1, sizeof(*f->sessions));
     f->n_sessions = cfg->proxy_exits.n;
@@ -1370,6 +2049,13 @@ void fetch_destroy(struct fetch *f)
         f->incoming = x->next;
         xfer_free(x);
     }
+    for (size_t i = 0; i < HOST_BUCKETS; i++)
+        while (f->hosts[i]) {
+            struct host_slot *h = f->hosts[i];
+            f->hosts[i] = h->next;
+            free(h->host);
+            free(h);
+        }
     for (size_t i = 0; i < f->done_n; i++)
         fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
     free(f->done);
@@ -1385,27 +2071,69 @@ void fetch_destroy(struct fetch *f)
     free(f);
 }
 
+static bool wstep_copy(struct wstep *w, const char *url, const char *method,
+                       const struct fetch_header *h, size_t n, const void *body,
+                       size_t body_len)
+{
+    w->url = strdup(url ? url : "");
+    w->method = strdup(method ? method : "GET");
+    w->n_headers = n;
+    w->hdr_names = calloc(n + 1, sizeof(char *));
+    w->hdr_values = calloc(n + 1, sizeof(char *));
+    if (!w->url || !w->method || !w->hdr_names || !w->hdr_values)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        w->hdr_names[i] = strdup(h[i].name);
+        w->hdr_values[i] = strdup(h[i].value);
+        if (!w->hdr_names[i] || !w->hdr_values[i])
+            return false;
+    }
+    if (body) {
+        w->body = malloc(body_len + 1);
+        if (!w->body)
+            return false;
+        memcpy(w->body, body, body_len);
+        w->body[body_len] = '\0';
+        w->body_len = body_len;
+    }
+    return true;
+}
+
 dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
 {
     struct xfer *x = calloc(1, sizeof(*x));
     if (!x)
         return DD_ERR_NOMEM;
     x->f = f;
-    x->url = strdup(req->url);
-    x->orig_url = strdup(req->url);
-    x->method = strdup(req->method);
-    x->n_headers = req->n_headers;
-    x->hdr_names = calloc(req->n_headers + 1, sizeof(char *));
-    x->hdr_values = calloc(req->n_headers + 1, sizeof(char *));
-    for (size_t i = 0; i < req->n_headers; i++) {
-        x->hdr_names[i] = strdup(req->headers[i].name);
-        x->hdr_values[i] = strdup(req->headers[i].value);
+    x->pin = -1;
+    x->jar_session = -1;
+    x->workflow = req->n_steps > 0;
+    x->n_steps = x->workflow ? req->n_steps : 1;
+    x->steps = calloc(x->n_steps, sizeof(*x->steps));
+    if (!x->steps) {
+        free(x);
+        return DD_ERR_NOMEM;
     }
-    if (req->body) {
-        x->body = malloc(req->body_len + 1);
-        memcpy(x->body, req->body, req->body_len);
-        x->body_len = req->body_len;
+    bool ok = true;
+    if (x->workflow)
+        for (size_t i = 0; i < req->n_steps && ok; i++) {
+            const struct fetch_step *st = &req->steps[i];
+            ok = wstep_copy(&x->steps[i], st->url, st->method, st->headers,
+                            st->n_headers, st->body, st->body_len);
+        }
+    else
+        ok = wstep_copy(&x->steps[0], req->url, req->method, req->headers,
+                        req->n_headers, req->body, req->body_len);
+    if (!ok) {
+        xfer_free(x);
+        return DD_ERR_NOMEM;
     }
+    xfer_load_step(x, 0);
+    if (!x->url || !x->method) {
+        xfer_free(x);
+        return DD_ERR_NOMEM;
+    }
+    x->replayable = req->replayable;
     x->safe = req->safe;
     if (req->country)
         snprintf(x->country, sizeof(x->country), "%s", req->country);
@@ -1413,8 +2141,9 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     x->opaque = req->opaque;
     x->session = -1;
     pthread_mutex_lock(&f->lock);
-    x->next = f->incoming;
-    f->incoming = x;
+    x->next = NULL;
+    *f->incoming_tailp = x;
+    f->incoming_tailp = &x->next;
     f->inflight++;
     pthread_mutex_unlock(&f->lock);
     curl_multi_wakeup(f->multi);
@@ -1462,6 +2191,9 @@ void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
     st->bytes = atomic_load(&f->st_bytes);
     st->completed = atomic_load(&f->st_completed);
     st->failed = atomic_load(&f->st_failed);
+    st->restarts = atomic_load(&f->st_restarts);
+    st->host_waits = atomic_load(&f->st_host_waits);
+    st->auth_suspensions = atomic_load(&f->st_auth_suspensions);
 }
 
 void fetch_result_destroy(struct fetch_result *r)
@@ -1476,5 +2208,6 @@ void fetch_result_destroy(struct fetch_result *r)
     free(r->last_modified);
     free(r->body);
     free(r->attempt_log);
+    sres_free(r->steps, r->n_steps);
     free(r);
 }

@@ -98,7 +98,40 @@ static json_t *encode(const struct job *job, const struct fetch_result *r,
     json_object_set_new(o, "throttled", json_integer(r->throttled));
     json_t *sess = json_object();
     json_object_set_new(sess, "exit", json_string(r->session));
+    if (r->session_rotates_at_ms > 0) {
+        char at[40];
+        result_time_format(r->session_rotates_at_ms, at, sizeof(at));
+        json_object_set_new(sess, "rotates_at", json_string(at));
+    }
     json_object_set_new(o, "session", sess);
+    if (r->n_steps_total > 0) {
+        /* A workflow: one record per step of the run that produced this
+         * result (every step when fetched; up to the failing one when not). */
+        json_object_set_new(o, "restarts", json_integer(r->restarts));
+        json_t *steps = json_array();
+        for (size_t i = 0; i < r->n_steps; i++) {
+            const struct fetch_step_result *sr = &r->steps[i];
+            json_t *st = json_object();
+            json_object_set_new(st, "step", json_integer((json_int_t)i));
+            if (i < job->n_steps) {
+                json_object_set_new(st, "method", json_string(job->steps[i].method));
+                json_object_set_new(st, "url", json_string(job->steps[i].url));
+            }
+            json_object_set_new(st, "status", json_integer(sr->status));
+            if (sr->final_url && (i >= job->n_steps ||
+                                  strcmp(sr->final_url, job->steps[i].url)))
+                json_object_set_new(st, "final_url", json_string(sr->final_url));
+            json_object_set_new(st, "bytes", json_integer((json_int_t)sr->bytes));
+            if (sr->body_sha256[0])
+                json_object_set_new(st, "body_sha256", json_string(sr->body_sha256));
+            json_object_set_new(st, "attempts", json_integer(sr->attempts));
+            json_object_set_new(st, "exit", json_string(sr->session));
+            if (sr->category[0])
+                json_object_set_new(st, "category", json_string(sr->category));
+            json_array_append_new(steps, st);
+        }
+        json_object_set_new(o, "steps", steps);
+    }
     if (r->body) {
         char digest[KEY_HEX_LEN + 1];
         key_sha256_hex(r->body, r->body_len, digest);
