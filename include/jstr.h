@@ -1,0 +1,37 @@
+/**
+ * @file jstr.h
+ * @brief The JSON string literal of a large byte string (a fetched body), fast.
+ *
+ * jansson stays the JSON library of dedupd; this module exists only because
+ * json_stringn() + json_dumps() cost about 40 ns per byte of a page body
+ * (850 us for a 21 KB page, measured; the bench of issue 6 named it the limit
+ * of the new-claim path), where one pass over the bytes costs about 1 ns.
+ * The output is the bytes jansson writes for the same string with its
+ * default flags (RFC 8259 section 7): `"` and `\` escaped, \b \f \n \r \t,
+ * other control characters as \u00XX (upper-case hex), everything else,
+ * including `/`, DEL and every non-ASCII character, as is.
+ */
+#ifndef DEDUPD_JSTR_H
+#define DEDUPD_JSTR_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/**
+ * @brief Quote \p n bytes at \p p as a JSON string literal, with its quotes.
+ * @param p    Bytes; must be UTF-8 (RFC 3629 section 4: no overlong forms, no
+ *             surrogates, nothing above U+10FFFF) without NUL.
+ * @param out  Out: malloc'd literal, NUL-terminated; free() it.
+ * @param out_len Out: its length in bytes (without the NUL).
+ * @returns DD_OK; DD_ERR_INVAL (not UTF-8, or a NUL byte: nothing written;
+ *          send such bytes as base64); DD_ERR_NOMEM.
+ */
+dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR;
+
+/**
+ * @brief Is \p p[0..n) UTF-8 without NUL (the rule of jstr_quote)?
+ */
+int jstr_utf8_valid(const void *p, size_t n);
+
+#endif
