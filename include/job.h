@@ -96,6 +96,11 @@ struct job {
     char op_id[JOB_OP_ID_MAX + 1];
     char request_hash[JOB_HEX_LEN + 1];
     char event_key[JOB_HEX_LEN + 1];
+    char resource_key[JOB_HEX_LEN + 1]; /**< SHA-256 hex of the canonical
+                                             request without parser_version
+                                             and scheduled_for: what
+                                             validators and single-flight
+                                             key on (DESIGN.md 4, 5) */
 };
 
 /** Identity and validation settings (borrowed; must outlive the call). */

@@ -885,7 +885,18 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
     }
     ok = ok &&
          put(root, "country",
-             job->country ? json_string(job->country) : json_null()) &&
+             job->country ? json_string(job->country) : json_null());
+    if (ok) {
+        /* The resource key: the canonical request without the observation
+         * fields (DESIGN.md section 4, validators); job_key and scope are
+         * not in it anyway. */
+        char *res = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+        ok = res != NULL;
+        if (ok)
+            key_sha256_hex(res, strlen(res), job->resource_key);
+        free(res);
+    }
+    ok = ok &&
          put(root, "parser_version", json_integer(job->parser_version)) &&
          put(root, "scheduled_for", job->scheduled_for
                                         ? json_string(job->scheduled_for)

@@ -140,6 +140,29 @@ static const char *claim(struct claims *t, const struct job *job)
 
 /* ---- field cases -------------------------------------------------------- */
 
+START_TEST(test_job_resource_key_ignores_observation_fields)
+{
+    struct job *a = parse("{\"url\":\"https://a.example/p?x=1\",\"job_key\":\"k1\"}");
+    struct job *b = parse("{\"url\":\"https://A.example/p?x=1\",\"job_key\":\"k2\","
+                          "\"parser_version\":3,\"scheduled_for\":\"2026-01-01T00:00:00Z\"}");
+    struct job *c = parse("{\"url\":\"https://a.example/p?x=2\"}");
+    struct job *d = parse("{\"url\":\"https://a.example/p?x=1\",\"country\":\"de\"}");
+    ck_assert_uint_eq(strlen(a->resource_key), 64);
+    /* same request, other observation fields: one resource, two requests */
+    ck_assert_str_eq(a->resource_key, b->resource_key);
+    ck_assert_str_ne(a->request_hash, b->request_hash);
+    /* another URL or another country is another resource */
+    ck_assert_str_ne(a->resource_key, c->resource_key);
+    ck_assert_str_ne(a->resource_key, d->resource_key);
+    /* never the request_hash itself */
+    ck_assert_str_ne(a->resource_key, a->request_hash);
+    job_destroy(a);
+    job_destroy(b);
+    job_destroy(c);
+    job_destroy(d);
+}
+END_TEST
+
 START_TEST(test_job_c01_host_case_request_hash)
 {
     json_t *c = load_case("C-01");
@@ -1312,6 +1335,7 @@ Suite *job_suite(void)
     key_global_init();
     Suite *s = suite_create("job");
     TCase *tc = tcase_create("cases");
+    tcase_add_test(tc, test_job_resource_key_ignores_observation_fields);
     tcase_add_test(tc, test_job_c01_host_case_request_hash);
     tcase_add_test(tc, test_job_c02_reserved_escapes_request_hash);
     tcase_add_test(tc, test_job_c05_default_port_request_hash);
