@@ -7,7 +7,9 @@ integration tests (it_workflow.sh, it_timed.sh, it_host_limits.sh).
 Keep-alive (HTTP/1.1, Content-Length on every answer), one thread per
 connection.  Every request appends one line to LOGFILE:
 
-    <unix_ms> <peer_ip> <peer_port> <METHOD> <target> <status> cookie=<Cookie|->
+    <unix_ms> <peer_ip> <peer_port> <METHOD> <target> <status> cookie=<Cookie|-> t0=<unix_ms>
+
+(unix_ms when the answer is written, t0 when the request was read)
 
 so a test sees which exit sent each request (peer_ip), on which connection
 (peer_port: a new tunnel is a new port), in which order, with which cookies.
@@ -40,6 +42,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def answer(self, method):
+        t0 = int(time.time() * 1000)
         u = urllib.parse.urlsplit(self.path)
         q = dict(urllib.parse.parse_qsl(u.query))
         n = int(self.headers.get("Content-Length") or 0)
@@ -61,9 +64,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     if "ra" in q:
                         extra.append(("Retry-After", q["ra"]))
             cookie = (self.headers.get("Cookie") or "-").replace(" ", "")
-            log.write("%d %s %d %s %s %d cookie=%s\n" % (
+            log.write("%d %s %d %s %s %d cookie=%s t0=%d\n" % (
                 int(time.time() * 1000), self.client_address[0],
-                self.client_address[1], method, self.path, status, cookie))
+                self.client_address[1], method, self.path, status, cookie, t0))
         body = ("<html><body>%s %s %s</body></html>\n" % (method, u.path, k)).encode()
         self.send_response(status)
         for name, value in extra:
