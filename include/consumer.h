@@ -48,6 +48,7 @@ struct consumer_stats {
         conflicts, conflicts_reported, invalid, misrouted, results, failed,
         replayed_outbox, fast_path;
     uint64_t fetch_attempts, rotations, throttled, bytes;
+    uint64_t single_flight; /**< ops served by another op's transfer */
     int64_t first_msg_ms, last_msg_ms;
 };
 

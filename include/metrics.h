@@ -75,6 +75,7 @@ enum metrics_counter {
     METRICS_DLQ,                     /**< dedupd_dlq_total */
     METRICS_LEASE_RECOVERIES,        /**< dedupd_lease_recoveries_total */
     METRICS_OUTBOX_REPLAYED,         /**< dedupd_outbox_replayed_total */
+    METRICS_SINGLE_FLIGHT,           /**< dedupd_single_flight_shared_total */
     METRICS_COUNTER__N
 };
 

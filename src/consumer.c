@@ -56,6 +56,17 @@ struct opctx {
                              needed) */
     bool failed;          /* result outcome failed */
     bool shadow;          /* result outcome shadow */
+    int64_t deadline_ms;  /* of its fetch (absolute) */
+    /* single-flight (DESIGN.md section 5): a leader's transfer serves the
+     * followers waiting on the same resource_key */
+    struct opctx *sf_hnext;     /* leader map chain */
+    struct opctx *sf_followers; /* leader: its waiters */
+    struct opctx *sf_next;      /* follower: next waiter of its leader */
+    bool sf_leading;            /* in the leader map */
+    bool sf_waiting;            /* follower, waiting */
+    bool sf_alone;              /* its leader failed transiently: it fetches
+                                   on its own (never chained behind another
+                                   waiter, so every wait stays bounded) */
 };
 
 enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
@@ -88,6 +99,7 @@ struct blocked {
 };
 
 #define OPMAP_BUCKETS 65536
+#define SFMAP_BUCKETS 4096
 #define POLL_BATCH 1024
 #define DLQ_TRUNCATE_BYTES (512 * 1024) /* DLQ prefix kept when refused whole */   /* messages claimed together (one store batch) */
 
@@ -104,6 +116,7 @@ struct pipeline {
     size_t n_parts;
     struct opctx **opmap;
     size_t n_ops;
+    struct opctx **sfmap; /* resource_key -> leader fetching it */
     struct outmsg *retry;
     struct blocked *blocked;
     size_t n_blocked;
@@ -481,9 +494,73 @@ static void send_dlq(struct pipeline *pl, const rd_kafka_message_t *rkm,
     out_send(pl, m);
 }
 
+static size_t sf_hash(const char *resource_key)
+{
+    return op_hash(resource_key) % SFMAP_BUCKETS;
+}
+
+/* Only a plain safe request without a body shares a transfer: an unsafe one
+ * is a separate action of each op, and a workflow has its own session. */
+static bool sf_eligible(const struct job *j)
+{
+    return j->n_steps == 0 && j->safe && j->req.body_len == 0 &&
+           (!strcmp(j->req.method, "GET") || !strcmp(j->req.method, "HEAD"));
+}
+
+static void sf_remove(struct pipeline *pl, struct opctx *lead)
+{
+    struct opctx **pp = &pl->sfmap[sf_hash(lead->job->resource_key)];
+    while (*pp && *pp != lead)
+        pp = &(*pp)->sf_hnext;
+    if (*pp)
+        *pp = lead->sf_hnext;
+    lead->sf_leading = false;
+}
+
+/* Is this final answer one a waiter may take as its own?  Never a transient
+ * one (throttled, timeouts, connection and proxy failures, 5xx, canceled):
+ * each waiter then fetches for itself. */
+static bool sf_shareable(const struct fetch_result *r)
+{
+    static const char *const terminal[] = {"client_error", "forbidden_target",
+                                           "redirect_loop", "protocol"};
+    if (r->ok)
+        return true;
+    for (size_t i = 0; r->category && i < sizeof(terminal) / sizeof(*terminal);
+         i++)
+        if (!strcmp(r->category, terminal[i]))
+            return true;
+    return false;
+}
+
 static void start_fetch(struct pipeline *pl, struct opctx *o)
 {
     const struct job *j = o->job;
+    int64_t budget0 = j->deadline_s > 0 ? j->deadline_s * 1000
+                                        : pl->cfg->fetch_deadline_ms;
+    if (!o->deadline_ms) /* a waiter sent off on its own keeps its budget */
+        o->deadline_ms = now_ms() + budget0;
+    if (pl->sfmap && !o->sf_alone && sf_eligible(j)) {
+        struct opctx *lead = pl->sfmap[sf_hash(j->resource_key)];
+        while (lead && strcmp(lead->job->resource_key, j->resource_key))
+            lead = lead->sf_hnext;
+        /* The wait is bounded: only behind a leader whose fetch ends (at
+         * its deadline at the latest) before this op's own deadline. */
+        if (lead && lead->deadline_ms <= o->deadline_ms) {
+            o->sf_waiting = true;
+            o->sf_next = lead->sf_followers;
+            lead->sf_followers = o;
+            pl->st->single_flight++;
+            metrics_add(METRICS_SINGLE_FLIGHT, 1);
+            return;
+        }
+        if (!lead) {
+            size_t b = sf_hash(j->resource_key);
+            o->sf_hnext = pl->sfmap[b];
+            pl->sfmap[b] = o;
+            o->sf_leading = true;
+        }
+    }
     struct fetch_header *h = calloc(j->req.n_headers + 1, sizeof(*h));
     for (size_t i = 0; i < j->req.n_headers; i++) {
         h[i].name = j->req.headers[i].name;
@@ -509,8 +586,6 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
             .body_len = jr->body_len,
         };
     }
-    int64_t budget = j->deadline_s > 0 ? j->deadline_s * 1000
-                                       : pl->cfg->fetch_deadline_ms;
     struct fetch_req req = {
         .url = j->req.url,
         .method = j->req.method,
@@ -520,7 +595,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .body_len = j->req.body_len,
         .safe = j->safe,
         .country = j->country,
-        .deadline_ms = now_ms() + budget,
+        .deadline_ms = o->deadline_ms,
         .opaque = o,
         .steps = j->n_steps ? steps : NULL,
         .n_steps = j->n_steps,
@@ -844,34 +919,39 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
 
 /* A fetch finished: result + op state + outbox in one batch, then produce. */
 /* Completions of one loop iteration, committed together (group commit,
- * DESIGN.md section 4): one WriteBatch and one WAL sync for all of them. */
+ * DESIGN.md section 4): one WriteBatch and one WAL sync for all of them,
+ * single-flight waiters included. */
 #define FETCHED_BATCH 256
 
 struct fetched {
     struct fetch_result *r;
     struct opctx *o;
+    bool shared;          /* a waiter served by its leader's transfer */
     char *value;
     size_t value_len;
     struct store_attempt *attempts;
 };
 
-/* Encode the result of \p r and its attempt records into \p f and \p req. */
-static void fetched_prepare(struct pipeline *pl, struct fetch_result *r,
+/* Encode the result of \p o from \p r and its attempt records into \p f
+ * and \p req.  A shared result records no attempts of its own (they belong
+ * to the leader's op). */
+static void fetched_prepare(struct pipeline *pl, struct opctx *o,
+                            struct fetch_result *r, bool shared,
                             struct fetched *f, struct store_complete_req *req)
 {
-    struct opctx *o = r->opaque;
     const char *outcome;
     struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
     memset(f, 0, sizeof(*f));
     f->r = r;
     f->o = o;
+    f->shared = shared;
     if (result_encode(o->job, r, o->generation,
                       (size_t)pl->cfg->limits_max_result_bytes, &f->value,
                       &f->value_len, &outcome))
         abort();
     bool failed = strcmp(outcome, "fetched") != 0;
     o->failed = failed;
-    metrics_observe(METRICS_JOB_ATTEMPTS, (double)r->attempts);
+    metrics_observe(METRICS_JOB_ATTEMPTS, shared ? 0.0 : (double)r->attempts);
     const char *category = failed ? (r->category ? r->category : "too_large")
                                   : NULL;
     if (failed) {
@@ -882,11 +962,12 @@ static void fetched_prepare(struct pipeline *pl, struct fetch_result *r,
                                 : "result above limits.max_result_bytes",
                     r->attempts);
     }
-    if (r->n_attempt_log) {
-        f->attempts = calloc(r->n_attempt_log, sizeof(*f->attempts));
+    size_t n_log = shared ? 0 : r->n_attempt_log;
+    if (n_log) {
+        f->attempts = calloc(n_log, sizeof(*f->attempts));
         if (!f->attempts)
             abort();
-        for (size_t i = 0; i < r->n_attempt_log; i++) {
+        for (size_t i = 0; i < n_log; i++) {
             const struct fetch_attempt *fa = &r->attempt_log[i];
             struct store_attempt *sa = &f->attempts[i];
             sa->number = o->base_attempts + (uint32_t)(i + 1);
@@ -906,27 +987,69 @@ static void fetched_prepare(struct pipeline *pl, struct fetch_result *r,
         .generation = o->generation,
         .state = failed ? STORE_OP_FAILED : STORE_OP_COMPLETE,
         .category = category,
-        .attempts = o->base_attempts + r->attempts,
+        .attempts = o->base_attempts + (shared ? 0 : r->attempts),
         .value = f->value,
         .value_len = f->value_len,
         .attempt_log = f->attempts,
-        .n_attempt_log = r->n_attempt_log,
+        .n_attempt_log = n_log,
     };
 }
 
-/* Commit \p n finished fetches in one store batch and produce their results. */
+/* Commit \p n finished fetches (and the single-flight waiters their answers
+ * serve) in one store batch and produce their results. */
 static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
                            size_t n)
 {
-    struct fetched f[FETCHED_BATCH];
-    struct store_complete_req req[FETCHED_BATCH];
     char e[DD_ERRSTR_SIZE];
-    for (size_t i = 0; i < n; i++)
-        fetched_prepare(pl, rs[i], &f[i], &req[i]);
-    /* a failed write (DD_ERR_IO, NOMEM) also lands in every req[i].err */
-    if (store_complete_batch(pl->store, req, n, now_ms(), e, sizeof(e)))
-        log_msg(LOG_ERR, "store", "completing %zu ops: %s", n, e);
+    /* Single-flight: the leaders leave the map; their waiters take a final
+     * answer as their own, or fetch for themselves after a transient one. */
+    size_t total = n;
     for (size_t i = 0; i < n; i++) {
+        struct opctx *o = rs[i]->opaque;
+        if (o->sf_leading)
+            sf_remove(pl, o);
+        if (!o->sf_followers)
+            continue;
+        if (sf_shareable(rs[i])) {
+            for (struct opctx *w = o->sf_followers; w; w = w->sf_next)
+                total++;
+            continue;
+        }
+        struct opctx *w = o->sf_followers;
+        o->sf_followers = NULL;
+        while (w) {
+            struct opctx *next = w->sf_next;
+            w->sf_next = NULL;
+            w->sf_waiting = false;
+            w->sf_alone = true;
+            start_fetch(pl, w);
+            w = next;
+        }
+    }
+    struct fetched *f = calloc(total, sizeof(*f));
+    struct store_complete_req *req = calloc(total, sizeof(*req));
+    if (!f || !req)
+        abort();
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = rs[i]->opaque;
+        fetched_prepare(pl, o, rs[i], false, &f[k], &req[k]);
+        k++;
+        struct opctx *w = o->sf_followers;
+        o->sf_followers = NULL;
+        while (w) {
+            struct opctx *next = w->sf_next;
+            w->sf_next = NULL;
+            w->sf_waiting = false;
+            fetched_prepare(pl, w, rs[i], true, &f[k], &req[k]);
+            k++;
+            w = next;
+        }
+    }
+    /* a failed write (DD_ERR_IO, NOMEM) also lands in every req[i].err */
+    if (store_complete_batch(pl->store, req, total, now_ms(), e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "completing %zu ops: %s", total, e);
+    for (size_t i = 0; i < total; i++) {
         struct opctx *o = f[i].o;
         struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
         if (req[i].err == DD_ERR_STATE) {
@@ -950,8 +1073,12 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
         }
         free(f[i].value);
         free(f[i].attempts);
-        fetch_result_destroy(f[i].r);
     }
+    for (size_t i = 0; i < total; i++)
+        if (!f[i].shared)
+            fetch_result_destroy(f[i].r);
+    free(f);
+    free(req);
 }
 
 /* Take every finished fetch (waiting at most \p timeout_ms for the first)
@@ -1311,6 +1438,9 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     pl->jconf.n_credential_headers = cfg->identity_credential_headers.n;
     pl->jconf.max_job_bytes = (size_t)cfg->limits_max_job_bytes;
     pl->opmap = calloc(OPMAP_BUCKETS, sizeof(*pl->opmap));
+    pl->sfmap = calloc(SFMAP_BUCKETS, sizeof(*pl->sfmap));
+    if (!pl->opmap || !pl->sfmap)
+        abort(); /* out of memory at start-up */
     g_pl = pl;
 
     char run_id[40];
@@ -1524,6 +1654,7 @@ out:
         }
     }
     free(pl->opmap);
+    free(pl->sfmap);
     while (pl->blocked) {
         struct blocked *b = pl->blocked;
         pl->blocked = b->next;
@@ -1563,6 +1694,7 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             "\"misrouted\":%llu,\"results\":%llu,\"failed\":%llu,"
             "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
             "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
+            "\"single_flight\":%llu,"
             "\"seconds\":%.3f,\"messages_per_second\":%.1f}\n",
             (unsigned long long)st->consumed, (unsigned long long)st->new_ops,
             (unsigned long long)st->reclaimed,
@@ -1577,5 +1709,5 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             (unsigned long long)st->fetch_attempts,
             (unsigned long long)st->rotations,
             (unsigned long long)st->throttled, (unsigned long long)st->bytes,
-            secs, secs > 0 ? (double)st->consumed / secs : 0.0);
+            (unsigned long long)st->single_flight, secs, secs > 0 ? (double)st->consumed / secs : 0.0);
 }

@@ -66,6 +66,8 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Expired leases of running ops taken over."},
     [METRICS_OUTBOX_REPLAYED] = {"dedupd_outbox_replayed_total",
         "Outbox records produced again after a restart or producer reset."},
+    [METRICS_SINGLE_FLIGHT] = {"dedupd_single_flight_shared_total",
+        "Ops answered by another op's transfer of the same resource (single-flight)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {
