@@ -48,3 +48,35 @@ topic_dump() {
 }
 # Each run binds free ports (tests may overlap with a demo or another run).
 export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
+
+# free_port ADDR: a TCP port nothing listens on at ADDR now (for helpers that
+# cannot bind port 0 and report it; the usual small race applies).
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    if ! (exec 3<>"/dev/tcp/$1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  fail "no free port on $1"
+}
+# wait_port ADDR PORT [TRIES]: until something accepts on ADDR:PORT (0.1 s steps).
+wait_port() {
+  for _ in $(seq 1 "${3:-100}"); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# pin_dedupd: run a private copy of $DEDUPD from here on (a shared build tree
+# may be relinked while a long test runs: exec then fails, EACCES/ETXTBSY).
+pin_dedupd() {
+  for _ in $(seq 1 40); do
+    if cp "$DEDUPD" "$WORK/dedupd.bin" 2>/dev/null && chmod 755 "$WORK/dedupd.bin" &&
+      "$WORK/dedupd.bin" version >/dev/null 2>&1; then
+      DEDUPD=$WORK/dedupd.bin
+      return 0
+    fi
+    sleep 0.5
+  done
+  fail "cannot copy a working $DEDUPD"
+}
