@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue 6: `bench/run.sh --quick` runs every scenario against the live stack and
+# produces every row of the table, each with dedupd's figure, the ceiling's
+# figure from the same run and their ratio (figures are printed, not judged:
+# the bench is not a timed test).
+source "$(dirname "$0")/lib.sh"
+
+BENCH_RESULTS_DIR=$WORK/results BUILD_DIR=${DEDUPD_BUILD_DIR:-$(dirname "$DEDUPD")} \
+  bash "$ROOT/bench/run.sh" --quick --no-build >"$WORK/table.md" 2>"$WORK/bench.log" ||
+  { tail -n 40 "$WORK/bench.log" >&2; fail "bench/run.sh --quick failed"; }
+cat "$WORK/table.md"
+J=$WORK/results/latest.json
+[ -s "$J" ] || fail "no $J"
+expect_eq "$(jq -r .quick "$J")" true "quick run recorded"
+expect_eq "$(jq -r '[.rows[].id] | join(" ")' "$J")" "1 1b 2a 2b 3a 3b 4a 4b 5 5b 6 6b" "rows"
+# every row: a positive dedupd figure, a positive ceiling, their ratio, inputs
+bad=$(jq -r '.rows[] | select((.dedupd | type) != "number" or .dedupd <= 0
+  or (.ceiling | type) != "number" or .ceiling <= 0
+  or (.ratio | type) != "number" or .ratio <= 0
+  or (.inputs | type) != "object" or (.inputs | length) == 0) | .id' "$J")
+expect_eq "$bad" "" "rows without a figure, a ceiling, a ratio or inputs"
+# the Markdown table printed the same rows
+expect_eq "$(grep -cE '^\| (1|1b|2a|2b|3a|3b|4a|4b|5|5b|6|6b) \|' "$WORK/table.md")" 12 "table rows on stdout"
