@@ -83,6 +83,7 @@ struct cfg {
     struct cfg_strlist identity_credential_headers;
     bool identity_trust_headers;
     int64_t store_index_max_bytes;
+    int64_t store_validators_ttl_ms, store_max_body_bytes;
     int64_t limits_max_job_bytes, limits_max_result_bytes;
     char *admin_listen, *api_listen, *api_token, *api_scope;
     int64_t api_receipt_ttl_ms;

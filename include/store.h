@@ -5,11 +5,13 @@
  * Column families (DESIGN.md section 4): "ops" (op_id -> op record), "attempts"
  * (op_id + "\n" + attempt number -> attempt record), "outbox" (sequence ->
  * pending event), "conflicts" (op_id + request_hash -> first report), "seen"
- * (generic put-if-absent keys, used by `dedupd tail`), "meta" (schema version).
- * Later: validators, bodies, receipts.
+ * (generic put-if-absent keys, used by `dedupd tail`), "receipts" (submit API
+ * Idempotency-Keys), "validators" (resource key -> ETag, Last-Modified, body
+ * digest and what rebuilds a result) and "bodies" (body SHA-256 -> body,
+ * content-addressed) for conditional refetch, "meta" (schema version).
  *
- * Every expiring value (ops, attempts, conflicts, seen) starts with the same
- * 16-byte header:
+ * Every expiring value (ops, attempts, conflicts, seen, receipts, validators,
+ * bodies) starts with the same 16-byte header:
  *   byte 0      layout version (STORE_LAYOUT_V1)
  *   byte 1      record type
  *   bytes 2..7  reserved (0)
@@ -80,6 +82,11 @@ struct store_conf {
                                     to 60 bytes below the bound); past it
                                     the index is a cache only (not
                                     complete) until reopen */
+    int64_t validators_ttl_ms; /**< TTL of validators and of the bodies
+                                    they name, from their write; 0 = 7 d */
+    size_t max_body_bytes;     /**< largest body stored for conditional
+                                    refetch (larger ones are refused, see
+                                    store_complete_req); 0 = 8 MiB */
 };
 
 enum store_op_state {
@@ -183,7 +190,8 @@ dd_err_t store_lease_renew(struct store *store, const char *op_id,
  *        attempts and a new outbox entry holding \p value, in one WriteBatch.
  *
  * Fencing: fails with DD_ERR_STATE unless the op is running, leased by this run,
- * at \p generation.  expires_at = now + TTL of the final state.
+ * at \p generation.  expires_at = now + TTL of the final state.  Writes no
+ * validator nor body: store_complete_batch() does (store_complete_req).
  * @param state     STORE_OP_COMPLETE or STORE_OP_FAILED.
  * @param category  Failure category ("" or NULL when complete).
  * @param attempts  Number of fetch attempts made.
@@ -201,6 +209,61 @@ dd_err_t store_complete(struct store *store, const char *op_id,
 
 struct store_attempt;
 
+/* ---- validators and bodies (conditional refetch, DESIGN.md sections 4, 5) --
+ *
+ * CF "validators": resource key (1..STORE_KEY_MAX bytes; dedupd uses the
+ * 64-hex digest of the canonical request without the observation fields) ->
+ * the validators of the last stored response of that resource and what
+ * rebuilds a result from it.  CF "bodies": hex SHA-256 of a body -> the body,
+ * content-addressed (one record per distinct body, shared by every resource
+ * that has it).  Both are written only by store_complete_batch(), in the
+ * WriteBatch of the op's completion, both with expires_at = completion time +
+ * store_conf.validators_ttl_ms (a body shared by several resources takes the
+ * expiry of its latest write).  Reads treat an expired record as absent, and
+ * a validator whose body is absent or expired as absent; the TTL compaction
+ * filter drops both.
+ */
+
+#define STORE_ETAG_MAX 1023           /**< max ETag length, bytes */
+#define STORE_LAST_MODIFIED_MAX 127   /**< max Last-Modified length */
+#define STORE_CONTENT_TYPE_MAX 255    /**< max Content-Type length */
+#define STORE_URL_MAX 8191            /**< max final URL length */
+
+/** What store_complete_batch() did with a request's validator fields. */
+enum store_validator_write {
+    STORE_VALIDATOR_NONE = 0,      /**< nothing: no resource_key, state not
+                                        COMPLETE, or the completion itself
+                                        was refused, fenced or not written */
+    STORE_VALIDATOR_WRITTEN = 1,   /**< validator and body written */
+    STORE_VALIDATOR_CLEARED = 2,   /**< neither etag nor last_modified: the
+                                        resource's stored validator (if any)
+                                        was deleted, being stale now */
+    STORE_VALIDATOR_TOO_LARGE = 3, /**< body_len > store_conf.max_body_bytes:
+                                        nothing stored, the resource's old
+                                        validator deleted */
+    STORE_VALIDATOR_REFUSED = 4,   /**< a field out of range (resource_key
+                                        length, a string longer than its
+                                        STORE_*_MAX or holding a control
+                                        character, body_sha256 not 64
+                                        lowercase hex, body NULL with
+                                        body_len > 0): nothing stored, the
+                                        old validator deleted when
+                                        resource_key is valid */
+};
+
+/** A decoded validator (plain copy; owns nothing).  Strings "" when absent. */
+struct store_validator {
+    char etag[STORE_ETAG_MAX + 1];                   /**< as received */
+    char last_modified[STORE_LAST_MODIFIED_MAX + 1]; /**< as received */
+    char body_sha256[STORE_HASH_LEN + 1];   /**< key of the body in "bodies" */
+    uint64_t body_len;                      /**< bytes of that body */
+    int32_t status;                         /**< HTTP status of the response */
+    char content_type[STORE_CONTENT_TYPE_MAX + 1];
+    char final_url[STORE_URL_MAX + 1];      /**< after redirects */
+    int64_t stored_at_ms;                   /**< completion time, ms epoch */
+    int64_t expires_at_ms;                  /**< stored_at + validators TTL */
+};
+
 /** One completion of a batch: inputs, then outputs of store_complete_batch. */
 struct store_complete_req {
     const char *op_id;                 /**< in */
@@ -212,6 +275,29 @@ struct store_complete_req {
     size_t value_len;                  /**< in: bytes */
     const struct store_attempt *attempt_log; /**< in: attempt records */
     size_t n_attempt_log;              /**< in */
+    /* Optional, for conditional refetch (all NULL/0: nothing of it is
+     * touched, the answers are as before).  Honoured only when resource_key
+     * is non-NULL and state is STORE_OP_COMPLETE.  Then, in this
+     * completion's WriteBatch: with etag or last_modified set (non-NULL,
+     * non-empty) and body_len <= store_conf.max_body_bytes, the validator of
+     * resource_key and the body are written; otherwise the resource's
+     * stored validator is deleted (a newer answer without usable validators
+     * supersedes it).  They never fail the completion: see validator_write.
+     * Strings are NUL-terminated, borrowed for the call. */
+    const char *resource_key;          /**< in: 1..STORE_KEY_MAX bytes */
+    const char *etag;                  /**< in: ETag as received, or NULL */
+    const char *last_modified;         /**< in: Last-Modified, or NULL */
+    const char *content_type;          /**< in: or NULL */
+    const char *final_url;             /**< in: or NULL */
+    int32_t http_status;               /**< in: status of the response */
+    const void *body;                  /**< in: the body as the result has
+                                            it (decoded) */
+    size_t body_len;                   /**< in: bytes */
+    const char *body_sha256;           /**< in: hex SHA-256 of body (64
+                                            lowercase hex, trusted as given),
+                                            or NULL: the store computes it,
+                                            before taking any lock */
+    enum store_validator_write validator_write; /**< out */
     uint64_t seq;                      /**< out: outbox sequence number */
     dd_err_t err;                      /**< out: as store_complete */
     char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
@@ -224,8 +310,13 @@ struct store_complete_req {
  *
  * Holds the stripes of all its op_ids (ascending order) for the call.  An op
  * fenced (DD_ERR_STATE) or refused (DD_ERR_INVAL) writes nothing, not even its
- * attempts; the others still commit.  An op_id repeated in the batch: the
- * first completes, the later ones get DD_ERR_STATE.
+ * attempts or its validator; the others still commit.  An op_id repeated in
+ * the batch: the first completes, the later ones get DD_ERR_STATE.
+ * Validators and bodies (resource_key, see store_complete_req) go in the same
+ * WriteBatch; a body shared by several requests of the batch is put once;
+ * requests naming the same resource_key apply in array order (the last
+ * wins).  The batch holds a copy of every body: n bodies of up to
+ * max_body_bytes each.
  * @param reqs    n requests; inputs borrowed for the call, outputs written.
  * @param errstr  Optional: the first failure's text.
  * @returns DD_OK (see each req->err); DD_ERR_IO when the write failed (no
@@ -236,6 +327,45 @@ dd_err_t store_complete_batch(struct store *store,
                               struct store_complete_req *reqs, size_t n,
                               int64_t now_ms, char *errstr,
                               size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read the validator of \p resource_key (CF "validators").
+ *
+ * Absent (*found false, *out untouched) when there is none, when it is
+ * expired at \p now_ms, or when its body (CF "bodies") is absent or expired at
+ * \p now_ms.  The body's presence is checked with a pinned read (no copy; its
+ * blocks stay in the block cache for a following store_body_get()).  The body
+ * can still expire or be compacted away between this call and
+ * store_body_get(): a caller must handle a body reported absent then (fetch
+ * again without validators).
+ * @param resource_key NUL-terminated, 1..STORE_KEY_MAX bytes.
+ * @param now_ms       Current time, ms since the epoch.
+ * @param out          Out: the validator when found (about 9.7 KB).
+ * @param found        Out.
+ * @returns DD_OK; DD_ERR_INVAL (bad resource_key length); DD_ERR_IO
+ *          (retriable); DD_ERR_FATAL (a record of an unknown layout or
+ *          corrupt, or a body whose length differs from the validator's).
+ */
+dd_err_t store_validator_get(struct store *store, const char *resource_key,
+                             int64_t now_ms, struct store_validator *out,
+                             bool *found, char *errstr,
+                             size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read the body whose hex SHA-256 is \p body_sha256 (CF "bodies").
+ * @param body_sha256 64 lowercase hex chars, NUL-terminated (a validator's
+ *                    body_sha256).
+ * @param body   Out: when found, a malloc()ed copy with one extra NUL byte
+ *               after its \p len bytes (free() it); else NULL.
+ * @param len    Out: its length in bytes (0 when absent).
+ * @param found  Out: false when absent or expired at \p now_ms.
+ * @returns DD_OK; DD_ERR_INVAL (body_sha256 not 64 lowercase hex); DD_ERR_IO
+ *          (retriable); DD_ERR_NOMEM; DD_ERR_FATAL (unknown layout or corrupt
+ *          record).
+ */
+dd_err_t store_body_get(struct store *store, const char *body_sha256,
+                        int64_t now_ms, void **body, size_t *len, bool *found,
+                        char *errstr, size_t errstr_size) DD_WUR;
 
 /**
  * @brief The broker acknowledged outbox entry \p seq of \p op_id: delete the entry

@@ -1,7 +1,7 @@
 /**
  * @file store_codec.h
  * @brief INTERNAL TEST HOOK, not an API: the value codecs of the store's op,
- *        attempt and outbox records (static in store.c), for
+ *        attempt, outbox, validator and body records (static in store.c), for
  *        tests/fuzz/fuzz_record.c and unit tests.
  *
  * The wrappers are defined in a block at the end of src/store.c and call the
@@ -19,7 +19,11 @@
  *            u32 status, u64 bytes, str session, str exit_addr, str category,
  *            str error (written by store_attempts_put());
  *   outbox:  str op_id, str event_key, u64 generation, u32 value_len, value
- *            (written by store_complete(); expires_at 0).
+ *            (written by store_complete(); expires_at 0);
+ *   validator: i64 stored_at, i32 status, u64 body_len, str body_sha256,
+ *            str etag, str last_modified, str content_type, str final_url
+ *            (written by store_complete_batch());
+ *   body:    u64 body_len, then body_len bytes (key: the body's hex SHA-256).
  */
 #ifndef DEDUPD_STORE_CODEC_H
 #define DEDUPD_STORE_CODEC_H
@@ -37,6 +41,8 @@ enum store_codec_kind {
     STORE_CODEC_OP = 1,
     STORE_CODEC_OUTBOX = 2,
     STORE_CODEC_ATTEMPT = 5,
+    STORE_CODEC_VALIDATOR = 7,
+    STORE_CODEC_BODY = 8,
 };
 
 /** A decoded outbox entry: pointers borrow the decoded value. */
@@ -96,5 +102,26 @@ dd_err_t store_codec_attempt_decode(const void *val, size_t len,
 dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
                                    struct store_codec_outbox *ent,
                                    char *errstr, size_t errstr_size);
+
+/**
+ * @brief validator_decode(): the value \p val of the validator of resource
+ *        key \p key (NUL-terminated; only named in errstr).
+ * @returns DD_OK; DD_ERR_FATAL (corrupt; *v undefined).
+ */
+dd_err_t store_codec_validator_decode(const void *val, size_t len,
+                                      const char *key,
+                                      struct store_validator *v, char *errstr,
+                                      size_t errstr_size);
+
+/**
+ * @brief body_decode(): the value \p val of body \p digest (NUL-terminated;
+ *        only named in errstr).
+ * @param body  Out: points into \p val.
+ * @returns DD_OK; DD_ERR_FATAL (corrupt: its length field disagrees).
+ */
+dd_err_t store_codec_body_decode(const void *val, size_t len,
+                                 const char *digest, int64_t *expires_at_ms,
+                                 const void **body, size_t *body_len,
+                                 char *errstr, size_t errstr_size);
 
 #endif

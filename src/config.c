@@ -61,6 +61,15 @@ static const struct cfg_option cfg_options[] = {
      "RocksDB LRU block cache size."},
     {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "true", "", 0,
      "fsync the WAL on every write batch (offsets are committed only after)."},
+    {"store.validators_ttl_ms", CFG_INT, CFG_OFF(store_validators_ttl_ms),
+     1000, INT64_C(31536000000), "604800000", "ms", 0,
+     "Time the validators (ETag, Last-Modified) of a resource and the body "
+     "they name are kept for conditional refetch (7 d); a validator whose "
+     "body is gone is ignored."},
+    {"store.max_body_bytes", CFG_INT, CFG_OFF(store_max_body_bytes), 1024,
+     INT64_C(268435456), "8388608", "bytes", 0,
+     "Largest body stored for conditional refetch; a response with a larger "
+     "body completes as usual but keeps no validator."},
     {"fetch.timeout_ms", CFG_INT, CFG_OFF(fetch_timeout_ms), 100, 600000,
      "30000", "ms", 0, "Total time allowed for one HTTP attempt."},
     {"fetch.connect_timeout_ms", CFG_INT, CFG_OFF(fetch_connect_timeout_ms), 100,

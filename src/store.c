@@ -21,6 +21,17 @@
  *              value header(type CONFLICT) i64 first_seen_at
  *   seen       key caller bytes
  *              value header(type SEEN) i64 created_at
+ *   receipts   key Idempotency-Key
+ *              value header(type RECEIPT) u8 state, str request_hash,
+ *                    str receipt
+ *   validators key resource key (caller bytes, 1..STORE_KEY_MAX)
+ *              value header(type VALIDATOR, expires_at = stored_at +
+ *                    validators TTL) i64 stored_at, i32 status,
+ *                    u64 body_len, then the strings body_sha256 (64 hex),
+ *                    etag, last_modified, content_type, final_url
+ *   bodies     key hex SHA-256 of the body (64 bytes)
+ *              value header(type BODY, expires_at as its latest validator)
+ *                    u64 body_len, then the body_len bytes of the body
  *   meta       "layout_version"       u32 LE (kept trivially simple so that every
  *                                     past and future dedupd can read it)
  *              "outbox_seq_reserved"  u64 LE: sequence numbers below it may have
@@ -28,9 +39,11 @@
  *
  * Integers are little-endian (except outbox and attempt keys), strings are u16
  * length + bytes.  Decoding is bounds checked; anything unexpected is
- * DD_ERR_FATAL.  The attempts column family was added without a layout bump:
- * its records use the V1 header, and an older dedupd opens it as a column
- * family of a newer layout.
+ * DD_ERR_FATAL.  The attempts, receipts, validators and bodies column
+ * families were added without a layout bump: their records use the V1 header,
+ * store_open creates them in an existing store (create_missing_column_families),
+ * and an older dedupd opens them as column families of a newer layout (no TTL
+ * filter there, untouched otherwise).
  *
  * Expiry: a record is expired when expires_at < now (C-28: written at t with
  * TTL d it is still live at t + d).  Reads and the compaction filter use the
@@ -53,6 +66,7 @@
 
 #include <rocksdb/c.h>
 
+#include "key.h"
 #include "log.h"
 
 #define STORE_HDR_LEN 16
@@ -64,6 +78,8 @@
 #define STORE_DEF_LEASE_MS (60LL * 1000)
 #define STORE_DEF_CACHE_BYTES ((size_t)64 << 20)
 #define STORE_DEF_INDEX_BYTES ((size_t)64 << 20)
+#define STORE_DEF_VALIDATORS_TTL_MS (7LL * 24 * 3600 * 1000)
+#define STORE_DEF_MAX_BODY_BYTES ((size_t)8 << 20)
 #define STORE_WRITE_BUFFER_BYTES ((size_t)32 << 20)
 
 /* an op record: header + fixed fields + 5 strings with u16 lengths */
@@ -77,6 +93,13 @@
      + STORE_CATEGORY_MAX + STORE_ERROR_MAX)
 #define STORE_ATTEMPT_KEY_MAX (STORE_KEY_MAX + 1 + 4)
 
+/* a validator record: header + fixed fields + 5 strings with u16 lengths */
+#define STORE_VALIDATOR_VALUE_MAX                                             \
+    (STORE_HDR_LEN + 8 + 4 + 8 + 5 * 2 + STORE_HASH_LEN + STORE_ETAG_MAX      \
+     + STORE_LAST_MODIFIED_MAX + STORE_CONTENT_TYPE_MAX + STORE_URL_MAX)
+/* the part of a body record before the body's bytes */
+#define STORE_BODY_HEAD_LEN (STORE_HDR_LEN + 8)
+
 enum rec_type {
     REC_OP = 1,
     REC_OUTBOX = 2,
@@ -84,6 +107,8 @@ enum rec_type {
     REC_SEEN = 4,
     REC_ATTEMPT = 5,
     REC_RECEIPT = 6,
+    REC_VALIDATOR = 7,
+    REC_BODY = 8,
 };
 
 enum store_cf {
@@ -95,12 +120,14 @@ enum store_cf {
     CF_META,
     CF_ATTEMPTS,
     CF_RECEIPTS,
+    CF_VALIDATORS,
+    CF_BODIES,
     CF_N
 };
 
 static const char *const cf_names[CF_N] = {
     "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
-    "receipts",
+    "receipts", "validators", "bodies",
 };
 
 static const char META_LAYOUT_KEY[] = "layout_version";
@@ -144,7 +171,7 @@ struct idx_key {
 struct store {
     rocksdb_t *db;
     rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
-    rocksdb_options_t *ttl_opts; /* ops, attempts, conflicts, seen: + TTL */
+    rocksdb_options_t *ttl_opts; /* expiring CFs (is_ttl_cf): + TTL filter */
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
@@ -184,6 +211,8 @@ struct store {
     int64_t ops_ttl_ms;
     int64_t failed_ttl_ms;
     int64_t lease_ms;
+    int64_t validators_ttl_ms;
+    size_t max_body_bytes;
 };
 
 /* ---------------------------------------------------------------------- */
@@ -1349,7 +1378,8 @@ static void set_options(struct store *s, const struct store_conf *conf)
 static bool is_ttl_cf(int i)
 {
     return i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS
-           || i == CF_SEEN || i == CF_RECEIPTS;
+           || i == CF_SEEN || i == CF_RECEIPTS || i == CF_VALIDATORS
+           || i == CF_BODIES;
 }
 
 /* Open with our CFs plus any a newer layout added (so its meta is readable). */
@@ -1563,10 +1593,11 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
                       conf->instance, conf->run_id, STORE_OWNER_MAX);
         return DD_ERR_INVAL;
     }
-    if (conf->ops_ttl_ms < 0 || conf->failed_ttl_ms < 0 || conf->lease_ms < 0) {
+    if (conf->ops_ttl_ms < 0 || conf->failed_ttl_ms < 0 || conf->lease_ms < 0
+        || conf->validators_ttl_ms < 0) {
         dd_errstr_set(errstr, errstr_size,
-                      "store_open: negative ops_ttl_ms, failed_ttl_ms or "
-                      "lease_ms");
+                      "store_open: negative ops_ttl_ms, failed_ttl_ms, "
+                      "lease_ms or validators_ttl_ms");
         return DD_ERR_INVAL;
     }
 
@@ -1588,6 +1619,11 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
     s->failed_ttl_ms =
         conf->failed_ttl_ms ? conf->failed_ttl_ms : STORE_DEF_FAILED_TTL_MS;
     s->lease_ms = conf->lease_ms ? conf->lease_ms : STORE_DEF_LEASE_MS;
+    s->validators_ttl_ms = conf->validators_ttl_ms
+                               ? conf->validators_ttl_ms
+                               : STORE_DEF_VALIDATORS_TTL_MS;
+    s->max_body_bytes =
+        conf->max_body_bytes ? conf->max_body_bytes : STORE_DEF_MAX_BODY_BYTES;
     atomic_init(&s->filter_clock_ms, 0);
     atomic_init(&s->next_seq, 1);
     atomic_init(&s->seq_reserved, 1);
@@ -2034,6 +2070,14 @@ out:
     return err;
 }
 
+static enum store_validator_write
+validator_prep(struct store *s, const struct store_complete_req *r,
+               char digest[STORE_HASH_LEN + 1]);
+static void validator_stage(struct store *s, rocksdb_writebatch_t *wb,
+                            const struct store_complete_req *r,
+                            const char *digest, bool put_body,
+                            int64_t now_ms);
+
 dd_err_t store_complete_batch(struct store *s,
                               struct store_complete_req *reqs, size_t n,
                               int64_t now_ms, char *errstr,
@@ -2043,9 +2087,11 @@ dd_err_t store_complete_batch(struct store *s,
         return DD_OK;
     struct idx_key *keys = malloc(n * sizeof(*keys));
     struct store_op *ops = malloc(n * sizeof(*ops));
-    if (!keys || !ops) {
+    char(*digests)[STORE_HASH_LEN + 1] = malloc(n * sizeof(*digests));
+    if (!keys || !ops || !digests) {
         free(keys);
         free(ops);
+        free(digests);
         dd_errstr_set(errstr, errstr_size,
                       "store_complete_batch: out of memory (%zu requests)", n);
         for (size_t i = 0; i < n; i++)
@@ -2057,6 +2103,7 @@ dd_err_t store_complete_batch(struct store *s,
         struct store_complete_req *r = &reqs[i];
         r->seq = 0;
         r->errstr[0] = '\0';
+        r->validator_write = STORE_VALIDATOR_NONE;
         r->err = complete_check("store_complete_batch", r->op_id, r->state,
                                 r->category, r->value_len, r->errstr,
                                 sizeof(r->errstr));
@@ -2066,6 +2113,9 @@ dd_err_t store_complete_batch(struct store *s,
                                     r->errstr, sizeof(r->errstr));
         if (r->err)
             continue;
+        /* validators and the body digest: checked and hashed before the
+         * stripes are taken */
+        r->validator_write = validator_prep(s, r, digests[i]);
         idx_digest(s, r->op_id, strlen(r->op_id), &keys[i]);
         uint32_t st = (uint32_t)(keys[i].k0 % STORE_STRIPES);
         locked[st / 64] |= UINT64_C(1) << (st % 64);
@@ -2106,6 +2156,14 @@ dd_err_t store_complete_batch(struct store *s,
          * overwrite the new holder's */
         attempts_stage(s, wb, r->op_id, r->attempt_log, r->n_attempt_log,
                        now_ms);
+        /* a body already put by an earlier completion of this batch is
+         * not put again (content-addressed: same bytes, same expiry) */
+        bool put_body = r->validator_write == STORE_VALIDATOR_WRITTEN;
+        for (size_t j = 0; j < i && put_body; j++)
+            put_body = reqs[j].err
+                       || reqs[j].validator_write != STORE_VALIDATOR_WRITTEN
+                       || strcmp(digests[j], digests[i]) != 0;
+        validator_stage(s, wb, r, digests[i], put_body, now_ms);
         staged++;
     }
     dd_err_t err = DD_OK;
@@ -2122,6 +2180,7 @@ dd_err_t store_complete_batch(struct store *s,
                 if (!reqs[i].err) {
                     reqs[i].err = err;
                     reqs[i].seq = 0;
+                    reqs[i].validator_write = STORE_VALIDATOR_NONE;
                     snprintf(reqs[i].errstr, sizeof(reqs[i].errstr), "%s",
                              text);
                 }
@@ -2137,6 +2196,10 @@ dd_err_t store_complete_batch(struct store *s,
         if (locked[st / 64] >> (st % 64) & 1)
             pthread_mutex_unlock(&s->stripes[st]);
     rocksdb_writebatch_destroy(wb);
+    /* a completion refused or fenced wrote nothing of its validator */
+    for (size_t i = 0; i < n; i++)
+        if (reqs[i].err)
+            reqs[i].validator_write = STORE_VALIDATOR_NONE;
     if (!err)
         for (size_t i = 0; i < n; i++)
             if (reqs[i].err) {
@@ -2145,6 +2208,7 @@ dd_err_t store_complete_batch(struct store *s,
             }
     free(keys);
     free(ops);
+    free(digests);
     return err;
 }
 
@@ -3265,6 +3329,303 @@ dd_err_t store_receipt_abort(struct store *s, const char *key, char *errstr,
 }
 
 /* ---------------------------------------------------------------------- */
+/* validators and bodies (CFs "validators", "bodies": conditional refetch)  */
+
+/* 64 lowercase hex chars and the NUL: a body key. */
+static bool is_hex64(const char *h)
+{
+    for (int i = 0; i < STORE_HASH_LEN; i++)
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
+            return false;
+    return h[STORE_HASH_LEN] == '\0';
+}
+
+/* NULL, or at most max bytes without a control character (CR and LF would
+ * split the request header the value is sent back in). */
+static bool field_ok(const char *v, size_t max)
+{
+    if (!v)
+        return true;
+    size_t i = 0;
+    for (; v[i] && i <= max; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return false;
+    }
+    return i <= max;
+}
+
+static bool resource_key_ok(const char *k)
+{
+    size_t n = strnlen(k, STORE_KEY_MAX + 1);
+    return n >= 1 && n <= STORE_KEY_MAX;
+}
+
+/*
+ * Decide what a completion does with its validator fields; no lock held.
+ * For STORE_VALIDATOR_WRITTEN, \p digest is the body's key (given by the
+ * caller or computed here).
+ */
+static enum store_validator_write
+validator_prep(struct store *s, const struct store_complete_req *r,
+               char digest[STORE_HASH_LEN + 1])
+{
+    if (!r->resource_key || r->state != STORE_OP_COMPLETE)
+        return STORE_VALIDATOR_NONE;
+    if (!resource_key_ok(r->resource_key))
+        return STORE_VALIDATOR_REFUSED;
+    if (!(r->etag && *r->etag) && !(r->last_modified && *r->last_modified))
+        return STORE_VALIDATOR_CLEARED;
+    if (r->body_len > s->max_body_bytes)
+        return STORE_VALIDATOR_TOO_LARGE;
+    if ((!r->body && r->body_len) || !field_ok(r->etag, STORE_ETAG_MAX)
+        || !field_ok(r->last_modified, STORE_LAST_MODIFIED_MAX)
+        || !field_ok(r->content_type, STORE_CONTENT_TYPE_MAX)
+        || !field_ok(r->final_url, STORE_URL_MAX)
+        || (r->body_sha256 && !is_hex64(r->body_sha256)))
+        return STORE_VALIDATOR_REFUSED;
+    if (r->body_sha256)
+        memcpy(digest, r->body_sha256, STORE_HASH_LEN + 1);
+    else
+        key_sha256_hex(r->body_len ? r->body : "", r->body_len, digest);
+    return STORE_VALIDATOR_WRITTEN;
+}
+
+static void enc_opt_str(struct enc *e, const char *v)
+{
+    enc_str(e, v ? v : "", v ? strlen(v) : 0);
+}
+
+/* Under the op's stripe, after complete_stage: the validator of a
+ * completion (put or delete) and its body, into \p wb. */
+static void validator_stage(struct store *s, rocksdb_writebatch_t *wb,
+                            const struct store_complete_req *r,
+                            const char *digest, bool put_body, int64_t now_ms)
+{
+    if (r->validator_write == STORE_VALIDATOR_NONE
+        || !resource_key_ok(r->resource_key))
+        return;
+    const char *rk = r->resource_key;
+    size_t rklen = strlen(rk);
+    if (r->validator_write != STORE_VALIDATOR_WRITTEN) {
+        rocksdb_writebatch_delete_cf(wb, s->cf[CF_VALIDATORS], rk, rklen);
+        return;
+    }
+    int64_t expires_at = add_ms(now_ms, s->validators_ttl_ms);
+    unsigned char buf[STORE_VALIDATOR_VALUE_MAX];
+    struct enc e = {buf, sizeof(buf), 0, false};
+    enc_header(&e, REC_VALIDATOR, expires_at);
+    enc_u64(&e, (uint64_t)now_ms);
+    enc_u32(&e, (uint32_t)r->http_status);
+    enc_u64(&e, (uint64_t)r->body_len);
+    enc_str(&e, digest, STORE_HASH_LEN);
+    enc_opt_str(&e, r->etag);
+    enc_opt_str(&e, r->last_modified);
+    enc_opt_str(&e, r->content_type);
+    enc_opt_str(&e, r->final_url);
+    assert(!e.overflow); /* every string was checked by validator_prep */
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_VALIDATORS], rk, rklen,
+                              (const char *)buf, e.len);
+    if (!put_body)
+        return;
+    /* the body goes in from the caller's buffer: no copy besides the
+     * batch's own */
+    unsigned char head[STORE_BODY_HEAD_LEN];
+    struct enc h = {head, sizeof(head), 0, false};
+    enc_header(&h, REC_BODY, expires_at);
+    enc_u64(&h, (uint64_t)r->body_len);
+    assert(!h.overflow);
+    const char *vals[2] = {(const char *)head, r->body_len ? r->body : ""};
+    size_t vlens[2] = {sizeof(head), r->body_len};
+    const char *keys[1] = {digest};
+    size_t klens[1] = {STORE_HASH_LEN};
+    rocksdb_writebatch_putv_cf(wb, s->cf[CF_BODIES], 1, keys, klens, 2, vals,
+                               vlens);
+}
+
+static dd_err_t validator_decode(const char *val, size_t len, const char *key,
+                                 size_t key_len, struct store_validator *v,
+                                 char *errstr, size_t errstr_size)
+{
+    struct dec d = {(const unsigned char *)val, len, 0, false};
+    dd_err_t err = dec_header(&d, REC_VALIDATOR, &v->expires_at_ms,
+                              "validators", key, key_len, errstr,
+                              errstr_size);
+    if (err)
+        return err;
+    v->stored_at_ms = (int64_t)dec_u64(&d);
+    v->status = (int32_t)dec_u32(&d);
+    v->body_len = dec_u64(&d);
+    dec_str(&d, v->body_sha256, STORE_HASH_LEN);
+    dec_str(&d, v->etag, STORE_ETAG_MAX);
+    dec_str(&d, v->last_modified, STORE_LAST_MODIFIED_MAX);
+    dec_str(&d, v->content_type, STORE_CONTENT_TYPE_MAX);
+    dec_str(&d, v->final_url, STORE_URL_MAX);
+    if (d.bad || d.off != d.len || !is_hex64(v->body_sha256)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: validators record '%.*s' is corrupt (%zu bytes)",
+                      (int)(key_len > 64 ? 64 : key_len), key, len);
+        return DD_ERR_FATAL;
+    }
+    return DD_OK;
+}
+
+/* A body record: its expiry and a pointer to its bytes inside \p val. */
+static dd_err_t body_decode(const char *val, size_t len, const char *digest,
+                            int64_t *expires_at, const char **body,
+                            size_t *body_len, char *errstr,
+                            size_t errstr_size)
+{
+    struct dec d = {(const unsigned char *)val, len, 0, false};
+    dd_err_t err = dec_header(&d, REC_BODY, expires_at, "bodies", digest,
+                              strlen(digest), errstr, errstr_size);
+    if (err)
+        return err;
+    uint64_t n = dec_u64(&d);
+    if (d.bad || n != d.len - d.off) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: bodies record '%.64s' is corrupt (%zu bytes, "
+                      "body_len %llu)",
+                      digest, len, (unsigned long long)n);
+        return DD_ERR_FATAL;
+    }
+    *body = val + d.off;
+    *body_len = (size_t)n;
+    return DD_OK;
+}
+
+/*
+ * Pinned read of body \p digest (no copy of its bytes).  *pin is NULL when
+ * absent or expired; else the caller destroys it (the body points into it).
+ */
+static dd_err_t body_read(struct store *s, const char *fn, const char *digest,
+                          int64_t now_ms, rocksdb_pinnableslice_t **pin,
+                          const char **body, size_t *body_len, char *errstr,
+                          size_t errstr_size)
+{
+    char *rerr = NULL;
+    *pin = NULL;
+    rocksdb_pinnableslice_t *p = rocksdb_get_pinned_cf(
+        s->db, s->ropts, s->cf[CF_BODIES], digest, STORE_HASH_LEN, &rerr);
+    if (rerr) {
+        dd_errstr_set(errstr, errstr_size, "%s: rocksdb_get_pinned_cf(bodies,"
+                      " %.64s): %s", fn, digest, rerr);
+        rocksdb_free(rerr);
+        return DD_ERR_IO;
+    }
+    if (!p)
+        return DD_OK;
+    size_t vlen = 0;
+    const char *v = rocksdb_pinnableslice_value(p, &vlen);
+    int64_t expires_at = 0;
+    dd_err_t err = body_decode(v, vlen, digest, &expires_at, body, body_len,
+                               errstr, errstr_size);
+    if (err || record_expired(expires_at, now_ms)) {
+        rocksdb_pinnableslice_destroy(p);
+        return err;
+    }
+    *pin = p;
+    return DD_OK;
+}
+
+dd_err_t store_validator_get(struct store *s, const char *resource_key,
+                             int64_t now_ms, struct store_validator *out,
+                             bool *found, char *errstr, size_t errstr_size)
+{
+    *found = false;
+    if (!resource_key_ok(resource_key)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_validator_get: resource key of %zu bytes (must "
+                      "be 1..%d)",
+                      strnlen(resource_key, STORE_KEY_MAX + 1), STORE_KEY_MAX);
+        return DD_ERR_INVAL;
+    }
+    size_t klen = strlen(resource_key);
+    char *rerr = NULL;
+    size_t vlen = 0;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_VALIDATORS],
+                               resource_key, klen, &vlen, &rerr);
+    if (rerr)
+        return rdb_fail(rerr, "rocksdb_get_cf(validators)", resource_key,
+                        errstr, errstr_size);
+    if (!val)
+        return DD_OK;
+    struct store_validator *v = malloc(sizeof(*v));
+    if (!v) {
+        rocksdb_free(val);
+        dd_errstr_set(errstr, errstr_size,
+                      "store_validator_get: out of memory");
+        return DD_ERR_NOMEM;
+    }
+    dd_err_t err = validator_decode(val, vlen, resource_key, klen, v, errstr,
+                                    errstr_size);
+    rocksdb_free(val);
+    if (err || record_expired(v->expires_at_ms, now_ms))
+        goto out;
+    /* a validator is only as good as its body */
+    rocksdb_pinnableslice_t *pin = NULL;
+    const char *body = NULL;
+    size_t blen = 0;
+    err = body_read(s, "store_validator_get", v->body_sha256, now_ms, &pin,
+                    &body, &blen, errstr, errstr_size);
+    if (err || !pin)
+        goto out;
+    rocksdb_pinnableslice_destroy(pin);
+    if (blen != v->body_len) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: validators record '%.64s' names body %s of %llu "
+                      "bytes, stored with %zu",
+                      resource_key, v->body_sha256,
+                      (unsigned long long)v->body_len, blen);
+        err = DD_ERR_FATAL;
+        goto out;
+    }
+    *out = *v;
+    *found = true;
+out:
+    free(v);
+    return err;
+}
+
+dd_err_t store_body_get(struct store *s, const char *body_sha256,
+                        int64_t now_ms, void **body, size_t *len, bool *found,
+                        char *errstr, size_t errstr_size)
+{
+    *body = NULL;
+    *len = 0;
+    *found = false;
+    if (!is_hex64(body_sha256)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_body_get: '%.80s' is not 64 lowercase hex chars",
+                      body_sha256);
+        return DD_ERR_INVAL;
+    }
+    rocksdb_pinnableslice_t *pin = NULL;
+    const char *b = NULL;
+    size_t blen = 0;
+    dd_err_t err = body_read(s, "store_body_get", body_sha256, now_ms, &pin,
+                             &b, &blen, errstr, errstr_size);
+    if (err || !pin)
+        return err;
+    char *copy = malloc(blen + 1);
+    if (!copy) {
+        rocksdb_pinnableslice_destroy(pin);
+        dd_errstr_set(errstr, errstr_size,
+                      "store_body_get(%s): out of memory (%zu bytes)",
+                      body_sha256, blen);
+        return DD_ERR_NOMEM;
+    }
+    if (blen)
+        memcpy(copy, b, blen);
+    copy[blen] = '\0';
+    rocksdb_pinnableslice_destroy(pin);
+    *body = copy;
+    *len = blen;
+    *found = true;
+    return DD_OK;
+}
+
+/* ---------------------------------------------------------------------- */
 /* test hook: the record codecs for tests/fuzz/fuzz_record.c and unit      */
 /* tests (include/store_codec.h: internal, not an API)                     */
 
@@ -3273,7 +3634,9 @@ dd_err_t store_receipt_abort(struct store *s, const char *key, char *errstr,
 _Static_assert(STORE_CODEC_HDR_LEN == STORE_HDR_LEN, "store_codec.h header");
 _Static_assert((int)STORE_CODEC_OP == (int)REC_OP
                    && (int)STORE_CODEC_OUTBOX == (int)REC_OUTBOX
-                   && (int)STORE_CODEC_ATTEMPT == (int)REC_ATTEMPT,
+                   && (int)STORE_CODEC_ATTEMPT == (int)REC_ATTEMPT
+                   && (int)STORE_CODEC_VALIDATOR == (int)REC_VALIDATOR
+                   && (int)STORE_CODEC_BODY == (int)REC_BODY,
                "store_codec.h record kinds");
 
 size_t store_codec_op_value_max(void)
@@ -3338,4 +3701,26 @@ dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
     ent->value = e.value;
     ent->value_len = e.value_len;
     return DD_OK;
+}
+
+dd_err_t store_codec_validator_decode(const void *val, size_t len,
+                                      const char *key,
+                                      struct store_validator *v, char *errstr,
+                                      size_t errstr_size)
+{
+    return validator_decode((const char *)val, len, key, strlen(key), v,
+                            errstr, errstr_size);
+}
+
+dd_err_t store_codec_body_decode(const void *val, size_t len,
+                                 const char *digest, int64_t *expires_at_ms,
+                                 const void **body, size_t *body_len,
+                                 char *errstr, size_t errstr_size)
+{
+    const char *b = NULL;
+    dd_err_t err = body_decode((const char *)val, len, digest, expires_at_ms,
+                               &b, body_len, errstr, errstr_size);
+    if (!err)
+        *body = b;
+    return err;
 }

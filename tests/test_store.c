@@ -27,12 +27,16 @@
 
 #include <rocksdb/c.h>
 
+#include "key.h"
 #include "store.h"
+#include "store_codec.h"
 
 #define T0 1000000LL              /* 1000 s, in ms */
 #define OPS_TTL (3600LL * 1000)   /* C-28: ttl_s 3600 */
 #define FAILED_TTL (600LL * 1000)
 #define LEASE (60LL * 1000)
+#define VAL_TTL (7200LL * 1000)
+#define MAX_BODY (64 * 1024)
 
 /* 64 hex chars each */
 #define H1 "1111111111111111111111111111111111111111111111111111111111111111"
@@ -58,6 +62,8 @@ static dd_err_t open_as(const char *instance, const char *run_id)
         .lease_ms = LEASE,
         .block_cache_bytes = 8 << 20,
         .sync = false,
+        .validators_ttl_ms = VAL_TTL,
+        .max_body_bytes = MAX_BODY,
     };
     g_err[0] = '\0';
     return store_open(&conf, &g_st, g_err, sizeof(g_err));
@@ -148,10 +154,13 @@ static int64_t wall_ms(void)
 /* Raw RocksDB access (store closed), mirroring store.c's CF list. */
 static const char *const raw_cf_names[] = {
     "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
-    "receipts"};
-#define RAW_CF_N 8
+    "receipts", "validators", "bodies"};
+#define RAW_CF_N 10
+#define RAW_CF_N_BEFORE_VALIDATORS 8 /* the stores of dedupd before them */
 #define RAW_OPS 1
 #define RAW_META 5
+#define RAW_VALIDATORS 8
+#define RAW_BODIES 9
 
 struct raw {
     rocksdb_t *db;
@@ -1038,7 +1047,7 @@ START_TEST(test_store_newer_layout_version_is_fatal)
     char *err = NULL;
     /* a newer dedupd may add column families: they must not hide the cause */
     rocksdb_column_family_handle_t *h =
-        rocksdb_create_column_family(r.db, r.opts, "validators", &err);
+        rocksdb_create_column_family(r.db, r.opts, "future", &err);
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     rocksdb_column_family_handle_destroy(h);
     raw_close(&r);
@@ -1879,6 +1888,498 @@ START_TEST(test_store_claim_race_batch_and_single_exactly_one_new_per_op_id)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
+/* validators and bodies (conditional refetch)                             */
+
+/* resource keys: 64 hex chars, like dedupd's */
+#define RK1 "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
+#define RK2 "a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2"
+#define RK3 "a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3a3"
+#define ETAG "\"v1-abc\""
+#define LASTMOD "Wed, 21 Oct 2015 07:28:00 GMT"
+
+/* A completion of op_id (generation 1) that stores a validator of \p rk. */
+static struct store_complete_req val_req(const char *op_id, const char *rk,
+                                         const char *body)
+{
+    return (struct store_complete_req){
+        .op_id = op_id, .generation = 1, .state = STORE_OP_COMPLETE,
+        .attempts = 1, .value = "R", .value_len = 1,
+        .resource_key = rk, .etag = ETAG, .last_modified = LASTMOD,
+        .content_type = "text/html; charset=utf-8",
+        .final_url = "https://example.com/page?a=1", .http_status = 200,
+        .body = body, .body_len = body ? strlen(body) : 0};
+}
+
+/* Claim each op of \p r (NEW), then complete them all in one batch. */
+static void claim_complete(struct store_complete_req *r, size_t n,
+                           int64_t now)
+{
+    struct store_op op;
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(claim(r[i].op_id, H1, now, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_complete_batch(g_st, r, n, now, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(r[i].err == DD_OK, "%s: %s", r[i].op_id, r[i].errstr);
+}
+
+static struct store_validator g_val; /* 9.7 KB: not on the stack */
+
+static bool vget(const char *rk, int64_t now)
+{
+    bool found = true;
+    memset(&g_val, 0, sizeof(g_val));
+    dd_err_t err = store_validator_get(g_st, rk, now, &g_val, &found, g_err,
+                                       sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_validator_get(%s): %s", rk, g_err);
+    return found;
+}
+
+/* Is body \p digest present at \p now; when \p want, with those bytes? */
+static bool bget(const char *digest, int64_t now, const char *want)
+{
+    void *b = (void *)1;
+    size_t len = 7;
+    bool found = true;
+    dd_err_t err = store_body_get(g_st, digest, now, &b, &len, &found, g_err,
+                                  sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_body_get(%s): %s", digest, g_err);
+    if (!found) {
+        ck_assert_ptr_null(b);
+        ck_assert_uint_eq(len, 0);
+        return false;
+    }
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(((char *)b)[len], '\0');
+    if (want) {
+        ck_assert_uint_eq(len, strlen(want));
+        ck_assert_mem_eq(b, want, len);
+    }
+    free(b);
+    return true;
+}
+
+static size_t raw_count(struct raw *r, int cf)
+{
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(r->db, ro, r->cf[cf]);
+    size_t n = 0;
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it))
+        n++;
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    return n;
+}
+
+START_TEST(test_store_validator_put_via_complete_batch_then_get)
+{
+    char digest[KEY_HEX_LEN + 1];
+    key_sha256_hex("<html>hello</html>", 18, digest);
+    ck_assert(!vget(RK1, T0));
+
+    struct store_complete_req r[2] = {
+        val_req("op-1", RK1, "<html>hello</html>"),
+        /* the caller's digest is used as given */
+        val_req("op-2", RK2, "other"),
+    };
+    r[1].etag = NULL; /* Last-Modified alone is a validator */
+    r[1].content_type = NULL;
+    r[1].final_url = NULL;
+    r[1].http_status = 203;
+    r[1].body_sha256 = H2;
+    claim_complete(r, 2, T0);
+    ck_assert_int_eq(r[0].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert_int_eq(r[1].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert_uint_eq(r[0].seq, 1);
+    ck_assert_uint_eq(r[1].seq, 2);
+    struct store_op op;
+    ck_assert(get("op-1", T0, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+
+    ck_assert(vget(RK1, T0 + 1));
+    ck_assert_str_eq(g_val.etag, ETAG);
+    ck_assert_str_eq(g_val.last_modified, LASTMOD);
+    ck_assert_str_eq(g_val.body_sha256, digest);
+    ck_assert_uint_eq(g_val.body_len, 18);
+    ck_assert_int_eq(g_val.status, 200);
+    ck_assert_str_eq(g_val.content_type, "text/html; charset=utf-8");
+    ck_assert_str_eq(g_val.final_url, "https://example.com/page?a=1");
+    ck_assert_int_eq(g_val.stored_at_ms, T0);
+    ck_assert_int_eq(g_val.expires_at_ms, T0 + VAL_TTL);
+    ck_assert(bget(digest, T0 + 1, "<html>hello</html>"));
+
+    ck_assert(vget(RK2, T0 + 1));
+    ck_assert_str_eq(g_val.etag, "");
+    ck_assert_str_eq(g_val.last_modified, LASTMOD);
+    ck_assert_str_eq(g_val.body_sha256, H2);
+    ck_assert_int_eq(g_val.status, 203);
+    ck_assert_str_eq(g_val.content_type, "");
+    ck_assert_str_eq(g_val.final_url, "");
+    ck_assert(bget(H2, T0 + 1, "other"));
+
+    /* unknown keys, bad arguments */
+    ck_assert(!vget(RK3, T0));
+    ck_assert(!bget(H1, T0, NULL));
+    bool found = true;
+    void *b = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(store_validator_get(g_st, "", T0, &g_val, &found, g_err,
+                                         sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert(!found);
+    ck_assert_int_eq(store_body_get(g_st, "ABC", T0, &b, &len, &found, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_str_eq(g_err,
+                     "store_body_get: 'ABC' is not 64 lowercase hex chars");
+
+    /* a later completion of the same resource replaces its validator */
+    struct store_complete_req r2 = val_req("op-3", RK1, "v2");
+    r2.etag = "W/\"v2\"";
+    claim_complete(&r2, 1, T0 + 50);
+    ck_assert(vget(RK1, T0 + 50));
+    ck_assert_str_eq(g_val.etag, "W/\"v2\"");
+    ck_assert_uint_eq(g_val.body_len, 2);
+    ck_assert(bget(g_val.body_sha256, T0 + 50, "v2"));
+    /* the old body stays until its own expiry (other resources may have it) */
+    ck_assert(bget(digest, T0 + 50, "<html>hello</html>"));
+}
+END_TEST
+
+START_TEST(test_store_same_body_stored_once_for_two_resources)
+{
+    const char *page = "<html>same bytes</html>";
+    char digest[KEY_HEX_LEN + 1];
+    key_sha256_hex(page, strlen(page), digest);
+    /* two resources with one body in one batch (single-flight waiters,
+     * or two accounts seeing the same page), a third in a later batch */
+    struct store_complete_req r[2] = {val_req("op-1", RK1, page),
+                                      val_req("op-2", RK2, page)};
+    claim_complete(r, 2, T0);
+    struct store_complete_req r3 = val_req("op-3", RK3, page);
+    claim_complete(&r3, 1, T0 + 10);
+    ck_assert_int_eq(r3.validator_write, STORE_VALIDATOR_WRITTEN);
+    const char *rks[3] = {RK1, RK2, RK3};
+    for (int i = 0; i < 3; i++) {
+        ck_assert(vget(rks[i], T0 + 10));
+        ck_assert_str_eq(g_val.body_sha256, digest);
+    }
+    /* the shared body takes the expiry of its latest write */
+    ck_assert(bget(digest, T0 + 10 + VAL_TTL, page));
+    ck_assert(!bget(digest, T0 + 11 + VAL_TTL, NULL));
+
+    struct raw raw;
+    raw_open(&raw);
+    ck_assert_uint_eq(raw_count(&raw, RAW_VALIDATORS), 3);
+    ck_assert_uint_eq(raw_count(&raw, RAW_BODIES), 1);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+}
+END_TEST
+
+START_TEST(test_store_validator_ttl_absent_before_compaction_gone_after)
+{
+    struct store_complete_req r = val_req("op-1", RK1, "body");
+    claim_complete(&r, 1, T0);
+    char digest[KEY_HEX_LEN + 1];
+    key_sha256_hex("body", 4, digest);
+
+    /* live up to and including expires_at (C-28), absent after: on every
+     * read, before any compaction */
+    ck_assert(vget(RK1, T0 + VAL_TTL));
+    ck_assert(bget(digest, T0 + VAL_TTL, "body"));
+    ck_assert(!vget(RK1, T0 + VAL_TTL + 1));
+    ck_assert(!bget(digest, T0 + VAL_TTL + 1, NULL));
+    ck_assert(vget(RK1, 0)); /* the bytes are still there */
+
+    /* the compaction filter handles both column families, same boundary */
+    store_set_filter_clock(g_st, T0 + VAL_TTL);
+    store_compact(g_st);
+    ck_assert(vget(RK1, 0));
+    ck_assert(bget(digest, 0, "body"));
+    store_set_filter_clock(g_st, T0 + VAL_TTL + 1);
+    store_compact(g_st);
+    ck_assert(!vget(RK1, 0));
+    ck_assert(!bget(digest, 0, NULL));
+    store_set_filter_clock(g_st, 0);
+
+    struct raw raw;
+    raw_open(&raw);
+    ck_assert_uint_eq(raw_count(&raw, RAW_VALIDATORS), 0);
+    ck_assert_uint_eq(raw_count(&raw, RAW_BODIES), 0);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+}
+END_TEST
+
+START_TEST(test_store_validator_with_missing_or_expired_body_is_absent)
+{
+    char dx[KEY_HEX_LEN + 1];
+    key_sha256_hex("X", 1, dx);
+    /* RK1 stored at T0 + 1000 with body X; RK2 with the same body by a
+     * completion stamped earlier (T0: another thread's clock), which gives
+     * X an expiry before RK1's own */
+    struct store_complete_req r1 = val_req("op-1", RK1, "X");
+    claim_complete(&r1, 1, T0 + 1000);
+    struct store_complete_req r2 = val_req("op-2", RK2, "X");
+    claim_complete(&r2, 1, T0);
+    ck_assert(vget(RK1, T0 + VAL_TTL));
+    ck_assert(!vget(RK1, T0 + VAL_TTL + 1)); /* live itself, body expired */
+    ck_assert(!vget(RK2, T0 + VAL_TTL + 1));
+
+    /* a body gone from the store: its validator is absent */
+    struct store_complete_req r3 = val_req("op-3", RK3, "Y");
+    claim_complete(&r3, 1, T0);
+    ck_assert(vget(RK3, T0));
+    struct raw raw;
+    raw_open(&raw);
+    char digest[KEY_HEX_LEN + 1];
+    key_sha256_hex("Y", 1, digest);
+    ck_assert(raw_exists(&raw, RAW_BODIES, digest));
+    char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_delete_cf(raw.db, wo, raw.cf[RAW_BODIES], digest, KEY_HEX_LEN,
+                      &err);
+    rocksdb_writeoptions_destroy(wo);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    ck_assert(raw_exists(&raw, RAW_VALIDATORS, RK3));
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    ck_assert(!vget(RK3, T0));
+    ck_assert(!bget(digest, T0, NULL));
+}
+END_TEST
+
+START_TEST(test_store_validator_refused_cleared_too_large_not_stored)
+{
+    static char big[MAX_BODY + 2];
+    memset(big, 'b', MAX_BODY + 1);
+    struct store_op op;
+
+    /* a body above store.max_body_bytes: not stored, completion commits,
+     * and the resource's older validator (now stale) goes */
+    struct store_complete_req r = val_req("op-1", RK1, "old");
+    claim_complete(&r, 1, T0);
+    ck_assert(vget(RK1, T0));
+    r = val_req("op-2", RK1, big);
+    claim_complete(&r, 1, T0 + 1);
+    ck_assert_int_eq(r.validator_write, STORE_VALIDATOR_TOO_LARGE);
+    ck_assert(get("op-2", T0 + 1, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    ck_assert(!vget(RK1, T0 + 1));
+    char dbig[KEY_HEX_LEN + 1];
+    key_sha256_hex(big, MAX_BODY + 1, dbig);
+    ck_assert(!bget(dbig, T0 + 1, NULL));
+    /* exactly at the limit: stored */
+    big[MAX_BODY] = '\0';
+    r = val_req("op-3", RK1, big);
+    claim_complete(&r, 1, T0 + 2);
+    ck_assert_int_eq(r.validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert(vget(RK1, T0 + 2));
+    ck_assert_uint_eq(g_val.body_len, MAX_BODY);
+    ck_assert(bget(g_val.body_sha256, T0 + 2, big));
+
+    /* a newer answer without ETag nor Last-Modified clears it */
+    r = val_req("op-4", RK1, "new");
+    r.etag = "";
+    r.last_modified = NULL;
+    claim_complete(&r, 1, T0 + 3);
+    ck_assert_int_eq(r.validator_write, STORE_VALIDATOR_CLEARED);
+    ck_assert(!vget(RK1, T0 + 3));
+
+    /* fields out of range: refused, the completion commits */
+    r = val_req("op-5", RK1, "x");
+    claim_complete(&r, 1, T0 + 4);
+    ck_assert(vget(RK1, T0 + 4));
+    struct store_complete_req bad[5] = {
+        val_req("op-6", RK1, "x"), val_req("op-7", "", "x"),
+        val_req("op-8", RK2, "x"), val_req("op-9", RK3, "x"),
+        val_req("op-10", RK2, NULL)};
+    bad[0].etag = "\"a\"\r\nX-Injected: 1"; /* sent back as a header */
+    bad[2].body_sha256 = "ABCD";            /* not 64 lowercase hex */
+    static char url[STORE_URL_MAX + 2];
+    memset(url, 'u', STORE_URL_MAX + 1);
+    bad[3].final_url = url;
+    bad[4].body_len = 3; /* NULL body with a length */
+    claim_complete(bad, 5, T0 + 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(bad[i].validator_write, STORE_VALIDATOR_REFUSED);
+    ck_assert(!vget(RK1, T0 + 5));
+    ck_assert(!vget(RK2, T0 + 5));
+    ck_assert(!vget(RK3, T0 + 5));
+    ck_assert(get("op-9", T0 + 5, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    /* a URL of exactly STORE_URL_MAX bytes is fine */
+    url[STORE_URL_MAX] = '\0';
+    r = val_req("op-11", RK3, "x");
+    r.final_url = url;
+    claim_complete(&r, 1, T0 + 6);
+    ck_assert_int_eq(r.validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert(vget(RK3, T0 + 6));
+    ck_assert_str_eq(g_val.final_url, url);
+}
+END_TEST
+
+START_TEST(test_store_validator_not_written_by_failed_or_fenced_completion)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-3", H1, T0, &op), STORE_CLAIM_NEW);
+    struct store_complete_req r[3] = {val_req("op-1", RK1, "a"),
+                                      val_req("op-2", RK2, "b"),
+                                      val_req("op-3", RK3, "c")};
+    r[0].state = STORE_OP_FAILED; /* only a complete answer is kept */
+    r[0].category = "client_error";
+    r[1].generation = 9;          /* fenced: writes nothing at all */
+    ck_assert_int_eq(store_complete_batch(g_st, r, 3, T0, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(r[0].err, DD_OK);
+    ck_assert_int_eq(r[0].validator_write, STORE_VALIDATOR_NONE);
+    ck_assert_int_eq(r[1].err, DD_ERR_STATE);
+    ck_assert_int_eq(r[1].validator_write, STORE_VALIDATOR_NONE);
+    ck_assert_int_eq(r[2].err, DD_OK);
+    ck_assert_int_eq(r[2].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert(!vget(RK1, T0));
+    ck_assert(!vget(RK2, T0));
+    ck_assert(vget(RK3, T0));
+    char d[KEY_HEX_LEN + 1];
+    key_sha256_hex("b", 1, d);
+    ck_assert(!bget(d, T0, NULL));
+    key_sha256_hex("a", 1, d);
+    ck_assert(!bget(d, T0, NULL));
+}
+END_TEST
+
+START_TEST(test_store_validators_survive_reopen)
+{
+    struct store_complete_req r[2] = {val_req("op-1", RK1, "one"),
+                                      val_req("op-2", RK2, "two")};
+    claim_complete(r, 2, T0);
+    reopen_as("a", "r2");
+    ck_assert(vget(RK1, T0 + 5));
+    ck_assert_str_eq(g_val.etag, ETAG);
+    ck_assert(bget(g_val.body_sha256, T0 + 5, "one"));
+    ck_assert(vget(RK2, T0 + 5));
+    ck_assert(bget(g_val.body_sha256, T0 + 5, "two"));
+}
+END_TEST
+
+/* A store written before the validators and bodies column families
+ * existed (created here with raw RocksDB, with an op in it) opens, gets
+ * them, keeps its data and stores validators. */
+START_TEST(test_store_without_validator_cfs_opens_and_gets_them)
+{
+    store_close(g_st);
+    g_st = NULL;
+    nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+
+    struct store_op old;
+    memset(&old, 0, sizeof(old));
+    old.state = STORE_OP_COMPLETE;
+    old.outbox_state = STORE_OUTBOX_SENT;
+    old.generation = 1;
+    old.created_at_ms = old.updated_at_ms = T0;
+    old.expires_at_ms = T0 + OPS_TTL;
+    old.attempts = 1;
+    snprintf(old.request_hash, sizeof(old.request_hash), "%s", H1);
+    snprintf(old.event_key, sizeof(old.event_key), "%s", EK1);
+    unsigned char val[1024];
+    ck_assert_uint_ge(sizeof(val), store_codec_op_value_max());
+    size_t vlen = store_codec_op_encode(&old, val, sizeof(val));
+    ck_assert_uint_gt(vlen, 0);
+
+    char *err = NULL;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    rocksdb_options_set_create_missing_column_families(o, 1);
+    const rocksdb_options_t *copts[RAW_CF_N_BEFORE_VALIDATORS];
+    rocksdb_column_family_handle_t *h[RAW_CF_N_BEFORE_VALIDATORS];
+    for (int i = 0; i < RAW_CF_N_BEFORE_VALIDATORS; i++)
+        copts[i] = o;
+    rocksdb_t *db = rocksdb_open_column_families(
+        o, g_dir, RAW_CF_N_BEFORE_VALIDATORS, raw_cf_names, copts, h, &err);
+    ck_assert_msg(err == NULL, "raw create: %s", err ? err : "");
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_put_cf(db, wo, h[RAW_META], "layout_version", 14,
+                   "\x01\x00\x00\x00", 4, &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    rocksdb_put_cf(db, wo, h[RAW_OPS], "old-op", 6, (const char *)val, vlen,
+                   &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    rocksdb_writeoptions_destroy(wo);
+    for (int i = 0; i < RAW_CF_N_BEFORE_VALIDATORS; i++)
+        rocksdb_column_family_handle_destroy(h[i]);
+    rocksdb_close(db);
+    size_t n = 0;
+    char **names = rocksdb_list_column_families(o, g_dir, &n, &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    ck_assert_uint_eq(n, RAW_CF_N_BEFORE_VALIDATORS);
+    rocksdb_list_column_families_destroy(names, n);
+
+    ck_assert_msg(open_as("a", "r2") == DD_OK, "store_open: %s", g_err);
+    struct store_op op;
+    ck_assert(get("old-op", T0, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    ck_assert_int_eq(claim("old-op", H1, T0 + 1, &op), STORE_CLAIM_DUPLICATE);
+    ck_assert(!vget(RK1, T0));
+    struct store_complete_req r = val_req("op-1", RK1, "fresh");
+    claim_complete(&r, 1, T0 + 1);
+    ck_assert_int_eq(r.validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert(vget(RK1, T0 + 1));
+    ck_assert(bget(g_val.body_sha256, T0 + 1, "fresh"));
+
+    /* created, and kept by the next open */
+    store_close(g_st);
+    g_st = NULL;
+    names = rocksdb_list_column_families(o, g_dir, &n, &err);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    ck_assert_uint_eq(n, RAW_CF_N);
+    rocksdb_list_column_families_destroy(names, n);
+    rocksdb_options_destroy(o);
+    reopen_as("a", "r3");
+    ck_assert(vget(RK1, T0 + 1));
+}
+END_TEST
+
+START_TEST(test_store_corrupt_validator_or_body_is_fatal)
+{
+    struct store_complete_req r = val_req("op-1", RK1, "body");
+    claim_complete(&r, 1, T0);
+    char digest[KEY_HEX_LEN + 1];
+    key_sha256_hex("body", 4, digest);
+    struct raw raw;
+    raw_open(&raw);
+    raw_put(&raw, RAW_VALIDATORS, RK2, "short", 5);
+    unsigned char v[STORE_CODEC_HDR_LEN + 8 + 3];
+    store_codec_header(STORE_CODEC_BODY, T0 + VAL_TTL, v);
+    memcpy(v + STORE_CODEC_HDR_LEN, "\x09\0\0\0\0\0\0\0abc", 11); /* 9 != 3 */
+    raw_put(&raw, RAW_BODIES, digest, v, sizeof(v));
+    raw_close(&raw);
+    reopen_as("a", "r2");
+
+    bool found = true;
+    ck_assert_int_eq(store_validator_get(g_st, RK2, T0, &g_val, &found, g_err,
+                                         sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert(!found);
+    ck_assert_int_eq(store_validator_get(g_st, RK1, T0, &g_val, &found, g_err,
+                                         sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_msg(strstr(g_err, "bodies record") != NULL, "%s", g_err);
+    void *b = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(store_body_get(g_st, digest, T0, &b, &len, &found, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_ptr_null(b);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
 
 static TCase *tcase(const char *name)
 {
@@ -1968,6 +2469,22 @@ Suite *store_suite(void)
                    test_store_open_creates_column_families_and_layout_version);
     tcase_add_test(tc, test_store_newer_layout_version_is_fatal);
     tcase_add_test(tc, test_store_corrupt_op_record_is_fatal);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("validators");
+    tcase_add_test(tc, test_store_validator_put_via_complete_batch_then_get);
+    tcase_add_test(tc, test_store_same_body_stored_once_for_two_resources);
+    tcase_add_test(tc,
+                   test_store_validator_ttl_absent_before_compaction_gone_after);
+    tcase_add_test(tc,
+                   test_store_validator_with_missing_or_expired_body_is_absent);
+    tcase_add_test(tc,
+                   test_store_validator_refused_cleared_too_large_not_stored);
+    tcase_add_test(
+        tc, test_store_validator_not_written_by_failed_or_fenced_completion);
+    tcase_add_test(tc, test_store_validators_survive_reopen);
+    tcase_add_test(tc, test_store_without_validator_cfs_opens_and_gets_them);
+    tcase_add_test(tc, test_store_corrupt_validator_or_body_is_fatal);
     suite_add_tcase(s, tc);
 
     tc = tcase("forget");
