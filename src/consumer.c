@@ -32,6 +32,8 @@ struct ptrack {
     uint32_t epoch;       /* bumped at every assignment */
     bool assigned;
     bool eof;
+    bool dirty;           /* store_at not yet handed to librdkafka */
+    int64_t store_at;     /* next offset to store (every earlier one done) */
     struct track_ent *e;
     size_t head, n, cap;
 };
@@ -130,6 +132,9 @@ struct pipeline {
     atomic_bool ready;    /* read by the admin listener */
     struct http *http;
     struct producer *api_prod; /* POST /v1/jobs, used by the api thread only */
+    bool offsets_dirty;   /* some partition's store_at waits for flush */
+    struct opctx **shadow_pending; /* shadow ops claimed, to complete */
+    size_t n_shadow, cap_shadow;
 };
 
 static int64_t now_ms(void)
@@ -201,20 +206,50 @@ static void msg_done(struct pipeline *pl, struct pmsg *pm)
             t->head++;
         }
         if (store_at >= 0) {
-            rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-            rd_kafka_topic_partition_list_add(l, pl->cfg->topic_jobs, pm->partition)
-                ->offset = store_at;
-            rd_kafka_resp_err_t e = rd_kafka_offsets_store(pl->rk, l);
-            if (e)
-                log_msg(LOG_WARNING, "consumer",
-                        "offsets_store partition %d offset %lld: %s",
-                        (int)pm->partition, (long long)store_at,
-                        rd_kafka_err2str(e));
-            rd_kafka_topic_partition_list_destroy(l);
+            t->store_at = store_at;
+            t->dirty = true;
+            pl->offsets_dirty = true;
         }
     }
     free(pm);
     pl->last_activity_ms = now_ms();
+}
+
+/* Hand every partition's new store_at to librdkafka in one offsets_store call
+ * (once per loop iteration, not per message: a replay storm stores
+ * thousands of offsets per batch). */
+static void flush_offsets(struct pipeline *pl)
+{
+    if (!pl->offsets_dirty)
+        return;
+    pl->offsets_dirty = false;
+    rd_kafka_topic_partition_list_t *l = NULL;
+    for (size_t p = 0; p < pl->n_parts; p++) {
+        struct ptrack *t = &pl->parts[p];
+        if (!t->dirty)
+            continue;
+        t->dirty = false;
+        if (!t->assigned)
+            continue;
+        if (!l)
+            l = rd_kafka_topic_partition_list_new(4);
+        rd_kafka_topic_partition_list_add(l, pl->cfg->topic_jobs, (int32_t)p)
+            ->offset = t->store_at;
+    }
+    if (!l)
+        return;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_store(pl->rk, l);
+    if (e)
+        log_msg(LOG_WARNING, "consumer", "offsets_store: %s",
+                rd_kafka_err2str(e));
+    for (int i = 0; i < l->cnt; i++)
+        if (l->elems[i].err)
+            log_msg(LOG_WARNING, "consumer",
+                    "offsets_store partition %d offset %lld: %s",
+                    (int)l->elems[i].partition,
+                    (long long)l->elems[i].offset,
+                    rd_kafka_err2str(l->elems[i].err));
+    rd_kafka_topic_partition_list_destroy(l);
 }
 
 /* ---- op map ------------------------------------------------------------- */
@@ -651,24 +686,16 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
         o->base_attempts = op.attempts;
         o->shadow = pl->opts->shadow;
         if (pl->opts->shadow) {
-            char *v;
-            size_t vlen;
-            const char *outcome;
-            if (result_encode(job, NULL, op.generation,
-                              (size_t)pl->cfg->limits_max_result_bytes, &v,
-                              &vlen, &outcome))
-                abort();
-            uint64_t seq;
-            if (store_complete(pl->store, job->op_id, op.generation,
-                               STORE_OP_COMPLETE, NULL, 0, v, vlen, now_ms(),
-                               &seq, e, sizeof(e)))
-                log_ctx_msg(LOG_ERR, "store", &lc, "%s", e);
-            struct outmsg *m = result_msg(pl, OUT_RESULT, job->op_id,
-                                          job->event_key, op.generation, v, vlen);
-            m->op = o;
-            m->seq = seq;
-            free(v);
-            out_send(pl, m);
+            /* completed with the others of this loop (one batch, one sync) */
+            if (pl->n_shadow == pl->cap_shadow) {
+                pl->cap_shadow = pl->cap_shadow ? 2 * pl->cap_shadow : 256;
+                pl->shadow_pending = realloc(pl->shadow_pending,
+                                             pl->cap_shadow *
+                                                 sizeof(*pl->shadow_pending));
+                if (!pl->shadow_pending)
+                    abort();
+            }
+            pl->shadow_pending[pl->n_shadow++] = o;
         } else
             start_fetch(pl, o);
         return;
@@ -837,15 +864,25 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         pl->st->first_msg_ms = now;
     pl->st->last_msg_ms = now;
     pl->last_activity_ms = now;
-    struct pmsg *pm = track_add(pl, rkm->partition, rkm->offset);
     if (fast_path(pl, rkm)) {
         pl->st->duplicates++;
         pl->st->fast_path++;
         metrics_job(METRICS_JOB_DUPLICATE);
         metrics_add(METRICS_FAST_PATH_DECISIONS, 1);
-        msg_done(pl, pm);
+        struct ptrack *t = track_get(pl, rkm->partition);
+        if (t->head == t->n) {
+            /* Nothing of this partition is outstanding: the offset moves
+             * on at once, with no tracking entry (the replay-storm path). */
+            if (t->assigned) {
+                t->store_at = rkm->offset + 1;
+                t->dirty = true;
+                pl->offsets_dirty = true;
+            }
+        } else
+            msg_done(pl, track_add(pl, rkm->partition, rkm->offset));
         return false;
     }
+    struct pmsg *pm = track_add(pl, rkm->partition, rkm->offset);
     char e[DD_ERRSTR_SIZE];
     struct job *job = NULL;
     if (!rkm->payload || rkm->len == 0) {
@@ -883,6 +920,64 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
     source_of(pl->cfg->topic_jobs, rkm->partition, rkm->offset, it->source,
               sizeof(it->source));
     return true;
+}
+
+/* Shadow mode: complete the ops claimed in this loop iteration with their
+ * `shadow` results in one store batch (group commit), then produce them. */
+static void shadow_flush(struct pipeline *pl)
+{
+    size_t n = pl->n_shadow;
+    if (!n)
+        return;
+    pl->n_shadow = 0;
+    struct store_complete_req *req = calloc(n, sizeof(*req));
+    char **v = calloc(n, sizeof(*v));
+    size_t *vlen = calloc(n, sizeof(*vlen));
+    if (!req || !v || !vlen)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = pl->shadow_pending[i];
+        const char *outcome;
+        if (result_encode(o->job, NULL, o->generation,
+                          (size_t)pl->cfg->limits_max_result_bytes, &v[i],
+                          &vlen[i], &outcome))
+            abort();
+        req[i] = (struct store_complete_req){
+            .op_id = o->op_id,
+            .generation = o->generation,
+            .state = STORE_OP_COMPLETE,
+            .value = v[i],
+            .value_len = vlen[i],
+        };
+    }
+    char e[DD_ERRSTR_SIZE];
+    if (store_complete_batch(pl->store, req, n, now_ms(), e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", n, e);
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = pl->shadow_pending[i];
+        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+        if (req[i].err == DD_ERR_STATE) {
+            log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
+                        req[i].errstr);
+            op_finish(pl, o);
+        } else if (req[i].err) {
+            /* stays running under our lease: a restart resumes it */
+            log_ctx_msg(LOG_ERR, "store", &lc, "%s", req[i].errstr);
+        } else {
+            o->seq = req[i].seq;
+            o->stored = true;
+            struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
+                                          o->job->event_key, o->generation,
+                                          v[i], vlen[i]);
+            m->op = o;
+            m->seq = req[i].seq;
+            out_send(pl, m);
+        }
+        free(v[i]);
+    }
+    free(req);
+    free(v);
+    free(vlen);
 }
 
 /* Process a poll batch: admit each message, claim the survivors at once
@@ -1151,6 +1246,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             t->epoch++;
             t->assigned = true;
             t->eof = false;
+            t->dirty = false;
             t->head = t->n = 0;
         }
         log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
@@ -1162,6 +1258,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* Commit what is stored; work still in flight for these partitions
          * finishes (its result is published) but its offsets are no longer
          * ours to store: the next owner sees a duplicate. */
+        flush_offsets(pl);
         rd_kafka_commit(rk, NULL, 0);
         for (int i = 0; i < parts->cnt; i++) {
             struct ptrack *t = track_get(pl, parts->elems[i].partition);
@@ -1608,6 +1705,8 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
             drain_fetched(pl, 5);
         else
             producer_poll(pl->prod, 5);
+        shadow_flush(pl);
+        flush_offsets(pl);
         if (opts->exit_when_idle_ms > 0 && !stopping && idle(pl) &&
             pl->assigned_once && all_eof(pl) &&
             now_ms() - pl->last_activity_ms >= opts->exit_when_idle_ms) {
@@ -1622,6 +1721,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
                 "%d messages unacknowledged at exit; their outbox entries are "
                 "replayed at the next start", producer_outq_len(pl->prod));
     producer_poll(pl->prod, 0);
+    flush_offsets(pl);
     rd_kafka_commit(pl->rk, NULL, 0);
 out:
     if (pl->rk) {
@@ -1655,6 +1755,7 @@ out:
     }
     free(pl->opmap);
     free(pl->sfmap);
+    free(pl->shadow_pending);
     while (pl->blocked) {
         struct blocked *b = pl->blocked;
         pl->blocked = b->next;
