@@ -277,8 +277,39 @@ static bool prefix_match(const unsigned char *a, const unsigned char *b, int bit
     return true;
 }
 
+static bool addr_is_internal(int family, const unsigned char *a);
+
+/* RFC 8215 local-use NAT64 prefix 64:ff9b:1::/48: the operator picks the
+ * prefix length inside it (RFC 6052: /48, /56, /64 or /96), which decides
+ * where the IPv4 address sits.  Internal if the v4 is internal in any format
+ * the address is well formed in (bits 64-71 zero, suffix zero; /96 always):
+ * /48 and /56 deployments are then refused whole (their /96 reading is
+ * 0.0.0.0) unless fetch.allow_targets allows them. */
+static bool nat64_local_internal(const unsigned char *a)
+{
+    static const unsigned char at[3][5] = {
+        {6, 7, 9, 10, 11}, {7, 9, 10, 11, 12}, {9, 10, 11, 12, 13}};
+    if (addr_is_internal(AF_INET, a + 12))
+        return true;
+    if (a[8])
+        return false;
+    for (int f = 0; f < 3; f++) {
+        bool suffix_zero = true;
+        for (int i = at[f][4]; i < 16; i++)
+            suffix_zero &= a[i] == 0;
+        unsigned char v4[4] = {a[at[f][0]], a[at[f][1]], a[at[f][2]], a[at[f][3]]};
+        if (suffix_zero && addr_is_internal(AF_INET, v4))
+            return true;
+    }
+    return false;
+}
+
 /* Refused ranges: loopback, link-local (cloud metadata), private, unspecified,
- * CGNAT, and their IPv6 counterparts (including v4-mapped). */
+ * CGNAT, and their IPv6 counterparts.  IPv6 forms that embed an IPv4 address
+ * are judged by it: v4-mapped ::ffff:0:0/96, IPv4-translated ::ffff:0:0:0/96
+ * (RFC 2765), IPv4-compatible ::/96 (:: and ::1 fall in 0.0.0.0/8), NAT64
+ * 64:ff9b::/96 (RFC 6052) and 64:ff9b:1::/48 (RFC 8215), 6to4 2002::/16
+ * (RFC 3056). */
 static bool addr_is_internal(int family, const unsigned char *a)
 {
     if (family == AF_INET) {
@@ -290,10 +321,18 @@ static bool addr_is_internal(int family, const unsigned char *a)
                v >= 0xe0000000u;
     }
     static const unsigned char zero[16];
-    if (!memcmp(a, zero, 15) && (a[15] == 0 || a[15] == 1))
-        return true; /* :: and ::1 */
+    static const unsigned char nat64[12] = {0x00, 0x64, 0xff, 0x9b};
+    static const unsigned char nat64_local[6] = {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01};
     if (!memcmp(a, zero, 10) && a[10] == 0xff && a[11] == 0xff)
-        return addr_is_internal(AF_INET, a + 12);
+        return addr_is_internal(AF_INET, a + 12); /* ::ffff:0:0/96 */
+    if (!memcmp(a, zero, 8) && a[8] == 0xff && a[9] == 0xff && !a[10] && !a[11])
+        return addr_is_internal(AF_INET, a + 12); /* ::ffff:0:0:0/96 */
+    if (!memcmp(a, zero, 12) || !memcmp(a, nat64, 12))
+        return addr_is_internal(AF_INET, a + 12); /* ::/96, 64:ff9b::/96 */
+    if (!memcmp(a, nat64_local, 6))
+        return nat64_local_internal(a);
+    if (a[0] == 0x20 && a[1] == 0x02)
+        return addr_is_internal(AF_INET, a + 2); /* 2002::/16 */
     if ((a[0] & 0xfe) == 0xfc)
         return true; /* fc00::/7 unique local */
     if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
