@@ -919,6 +919,16 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
 
 /* ---- public ------------------------------------------------------------- */
 
+/* Length of jansson's error text without its " near '...'" quote: the quoted
+ * bytes are the job's (a Cookie or Authorization value cut short or
+ * mis-escaped), never echoed.  "near end of file" stays. */
+static int json_error_kind_len(const char *text)
+{
+    const char *near = strstr(text, " near '");
+    size_t n = near ? (size_t)(near - text) : strlen(text);
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 static dd_err_t load_error(const json_error_t *je, char *errstr,
                            size_t errstr_size)
 {
@@ -941,11 +951,13 @@ static dd_err_t load_error(const json_error_t *je, char *errstr,
                        "%d",
                        je->line, je->column);
     default:
-        /* the text may quote the offending bytes, a UTF-8 sequence cut in
-         * two ("invalid escape near '\"\\<0xC3>'"): invalid() cleans it */
+        /* the kind of error only: the text's quote of the bytes near it is
+         * job content (json_error_kind_len) */
         return invalid(errstr, errstr_size,
-                       "payload is not valid JSON: %s at line %d column %d",
-                       je->text, je->line, je->column);
+                       "payload is not valid JSON: %.*s at line %d column %d "
+                       "(byte %d)",
+                       json_error_kind_len(je->text), je->text, je->line,
+                       je->column, je->position);
     }
 }
 
@@ -1119,13 +1131,18 @@ dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
     json_error_t jerr;
     json_t *root = json_loadb(payload, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root || !json_is_object(root)) {
-        /* jansson's text may quote a UTF-8 sequence cut in two: invalid()
-         * cleans it, so the reason can be the 400's JSON body */
+        /* jansson's text without its quote of the body (a credential may
+         * be there); invalid() keeps the reason clean UTF-8 for the 400's
+         * JSON body */
         json_decref(root);
         if (!root && json_error_code(&jerr) == json_error_out_of_memory)
             return nomem(errstr, errstr_size);
-        return invalid(errstr, errstr_size, "the body is not a JSON object%s%s",
-                       root ? "" : ": ", root ? "" : jerr.text);
+        if (root)
+            return invalid(errstr, errstr_size, "the body is not a JSON object");
+        return invalid(errstr, errstr_size, "the body is not a JSON object: "
+                       "%.*s at line %d column %d (byte %d)",
+                       json_error_kind_len(jerr.text), jerr.text, jerr.line,
+                       jerr.column, jerr.position);
     }
     const char *own = json_string_value(json_object_get(root, "job_key"));
     if (own && strcmp(own, job_key)) {

@@ -1004,8 +1004,10 @@ START_TEST(test_job_reasons_are_utf8)
         strcat(big, "\xc3\xa9");
     strcat(big, "\"}");
     assert_reason_utf8(big, strlen(big), "is not an HTTP method token");
-    /* jansson quotes a sequence cut in two: the byte shows as \xNN */
-    assert_reason_utf8("\"\\\xc5\x8e", 4, "invalid escape near '\"\\\\xC5'");
+    /* jansson quotes the bytes near the error (here a sequence cut in two):
+     * the quote is dropped, the kind and place kept */
+    assert_reason_utf8("\"\\\xc5\x8e", 4, "payload is not valid JSON: invalid "
+                       "escape at line 1 column ");
     assert_reason_utf8("{\"url\":\"\\\xc3\xa9\"}", 13,
                        "payload is not valid JSON: invalid escape");
     /* well-formed UTF-8 is echoed as it is */
@@ -1026,7 +1028,8 @@ START_TEST(test_job_with_key_reasons_are_utf8)
     ck_assert_ptr_null(out);
     ck_assert_msg(reason_ok(err), "not UTF-8: '%s'", err);
     ck_assert_msg(strstr(err, "the body is not a JSON object: invalid "
-                              "escape near '\"\\\\xC3'"), "%s", err);
+                              "escape at line 1 column "), "%s", err);
+    ck_assert_msg(!strstr(err, "near '"), "%s", err);
     /* an Idempotency-Key that cannot be a JSON string */
     static const char ok[] = "{\"url\":\"http://a/\"}";
     ck_assert_int_eq(job_with_key(ok, sizeof(ok) - 1, "k\xff", "api", &out,
@@ -1041,6 +1044,48 @@ START_TEST(test_job_with_key_reasons_are_utf8)
                           "\"scope\":\"api\"}");
     ck_assert_uint_eq(out_len, strlen(out));
     free(out);
+}
+END_TEST
+
+/* jansson's error text quotes up to 20 bytes near the error: a credential
+ * header value cut short or mis-escaped.  The reason (DLQ header
+ * dedupd-error, logs, the API's 400) keeps the kind of error and where, never
+ * the job's bytes. */
+START_TEST(test_job_json_errors_never_quote_the_job)
+{
+    static const char *const bad[] = {
+        "{\"url\":\"http://a/\",\"headers\":{\"Cookie\":\"Mk5e4f3a2b",
+        "{\"url\":\"http://a/\",\"headers\":{\"Authorization\":\"Mk5e4f3a2b\\q\"}}",
+        "{\"url\":\"http://a/\",\"headers\":{\"Cookie\":Mk5e4f3a2b}}",
+        "{\"url\":\"http://a/\",\"headers\":{\"Cookie\":\"Mk5e4f3a2b\n\"}}",
+        "{\"url\":\"http://a/\",\"headers\":{\"Mk5e4f3a2b\":\"v\",\"Mk5e4f3a2b\":\"v\"}}",
+        "{\"url\":\"http://a/\",\"headers\":{\"Cookie\":\"Mk5e4f3a2b\"} Mk5e4f3a2b",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[DD_ERRSTR_SIZE] = "";
+        struct job *job = NULL;
+        ck_assert_int_eq(job_parse(&default_conf, bad[i], strlen(bad[i]), &job,
+                                   err, sizeof(err)), DD_ERR_PERMANENT);
+        ck_assert_msg(!strstr(err, "Mk5e4f3a2b"), "job echoed: %s", err);
+        ck_assert_msg(!strstr(err, "near '"), "job quoted: %s", err);
+        ck_assert_msg(strstr(err, "at line 1 column "), "no place: %s", err);
+        char *out = NULL;
+        size_t out_len = 0;
+        ck_assert_int_eq(job_with_key(bad[i], strlen(bad[i]), "k", "api", &out,
+                                      &out_len, err, sizeof(err)),
+                         DD_ERR_PERMANENT);
+        ck_assert_msg(!strstr(err, "Mk5e4f3a2b"), "job echoed: %s", err);
+        ck_assert_msg(strstr(err, "the body is not a JSON object: "), "%s", err);
+    }
+    /* the kind, line, column and byte position stay */
+    assert_invalid("{\"url\":\"http://a/\",\n \"h\":\"Mk5e4f3a2b",
+                   "payload is not valid JSON: premature end of input at line "
+                   "2 column ");
+    assert_invalid("{\"url\":\"http://a/\",\n \"h\":\"Mk5e4f3a2b\\q\"}",
+                   "payload is not valid JSON: invalid escape at line 2 column "
+                   "18 (byte ");
+    /* "near end of file" quotes nothing: kept */
+    assert_invalid("{\"url\":", "near end of file");
 }
 END_TEST
 
@@ -1378,6 +1423,7 @@ Suite *job_suite(void)
     tcase_add_test(tc, test_job_idn_and_pct_hosts_normalized_to_ipv4);
     tcase_add_test(tc, test_job_reasons_are_utf8);
     tcase_add_test(tc, test_job_with_key_reasons_are_utf8);
+    tcase_add_test(tc, test_job_json_errors_never_quote_the_job);
     tcase_add_test(tc, test_job_rejects_bad_method);
     tcase_add_test(tc, test_job_rejects_bad_headers);
     tcase_add_test(tc, test_job_rejects_bad_body);
