@@ -377,15 +377,18 @@ static void providers_free(struct cfg_providers *ps)
 
 /* Read a secret: the environment variable \p env, else the file \p file
  * (exact bytes: a mounted Secret has no trailing newline; one trailing "\n"
- * is dropped, as `echo` adds it).  The value is never echoed in errors. */
+ * is dropped, as `echo` adds it).  The value is never echoed in errors, nor
+ * the variable's name (a secret written there by mistake).  Errors are
+ * "SRC: WHAT: why". */
 static dd_err_t secret_read(const char *env, const char *file, char **out,
-                            const char *what, char *errstr, size_t errstr_size)
+                            const char *src, const char *what, char *errstr,
+                            size_t errstr_size)
 {
     if (env) {
         const char *v = getenv(env);
         if (!v) {
-            dd_errstr_set(errstr, errstr_size, "%s: environment variable %s is "
-                          "not set", what, env);
+            dd_errstr_set(errstr, errstr_size, "%s: %s: the environment "
+                          "variable it names is not set", src, what);
             return DD_ERR_INVAL;
         }
         *out = strdup(v);
@@ -393,7 +396,7 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
     }
     FILE *fp = fopen(file, "rb");
     if (!fp) {
-        dd_errstr_set(errstr, errstr_size, "%s: %s: %s", what, file,
+        dd_errstr_set(errstr, errstr_size, "%s: %s: %s: %s", src, what, file,
                       strerror(errno));
         return DD_ERR_INVAL;
     }
@@ -402,8 +405,8 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
     bool more = fread(buf + n, 1, 1, fp) == 1;
     fclose(fp);
     if (more || memchr(buf, '\0', n)) {
-        dd_errstr_set(errstr, errstr_size, "%s: %s: longer than 4095 bytes or "
-                      "holds a NUL byte", what, file);
+        dd_errstr_set(errstr, errstr_size, "%s: %s: %s: longer than 4095 "
+                      "bytes or holds a NUL byte", src, what, file);
         return DD_ERR_INVAL;
     }
     if (n && buf[n - 1] == '\n')
@@ -414,19 +417,30 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
     return DD_OK;
 }
 
-/* A provider secret from "<name>_env" or "<name>_file" (neither: none). */
-static dd_err_t provider_secret(json_t *o, const char *name, const char *what,
-                                char **out, char *errstr, size_t errstr_size)
+/* A provider secret from "<name>_env" or "<name>_file" (neither: none).  A
+ * reference that is not a string stops start-up (taken as absent, the
+ * provider would run without its credentials); its value is not echoed.
+ * \p what is the provider's key path ("proxy.providers[N]", short: the file
+ * path \p src is never in a fixed buffer, so the key is never cut). */
+static dd_err_t provider_secret(json_t *o, const char *name, const char *src,
+                                const char *what, char **out, char *errstr,
+                                size_t errstr_size)
 {
-    char kenv[32], kfile[32], w2[128];
+    char kenv[32], kfile[32], w2[96];
     snprintf(kenv, sizeof(kenv), "%s_env", name);
     snprintf(kfile, sizeof(kfile), "%s_file", name);
-    const char *env = json_string_value(json_object_get(o, kenv));
-    const char *file = json_string_value(json_object_get(o, kfile));
+    json_t *jenv = json_object_get(o, kenv), *jfile = json_object_get(o, kfile);
+    if ((jenv && !json_is_string(jenv)) || (jfile && !json_is_string(jfile))) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s.%s: must be a string", src,
+                      what, jenv && !json_is_string(jenv) ? kenv : kfile);
+        return DD_ERR_INVAL;
+    }
+    const char *env = json_string_value(jenv);
+    const char *file = json_string_value(jfile);
     if (!env && !file)
         return DD_OK;
     snprintf(w2, sizeof(w2), "%s.%s", what, env ? kenv : kfile);
-    return secret_read(env, file, out, w2, errstr, errstr_size);
+    return secret_read(env, file, out, src, w2, errstr, errstr_size);
 }
 
 static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
@@ -445,10 +459,11 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
     json_array_foreach(arr, i, o)
     {
         struct cfg_provider *p = &ps->v[ps->n++];
-        char what[96];
-        snprintf(what, sizeof(what), "%s: proxy.providers[%zu]", src, i);
+        char what[48]; /* the key path; errors are "SRC: WHAT...: why" */
+        snprintf(what, sizeof(what), "proxy.providers[%zu]", i);
         if (!json_is_object(o)) {
-            dd_errstr_set(errstr, errstr_size, "%s: must be an object", what);
+            dd_errstr_set(errstr, errstr_size, "%s: %s: must be an object", src,
+                          what);
             return DD_ERR_INVAL;
         }
         const char *k;
@@ -459,7 +474,8 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
             for (size_t j = 0; known[j]; j++)
                 ok |= !strcmp(k, known[j]);
             if (!ok) {
-                dd_errstr_set(errstr, errstr_size, "%s.%s: unknown field", what, k);
+                dd_errstr_set(errstr, errstr_size, "%s: %s.%s: unknown field",
+                              src, what, k);
                 return DD_ERR_INVAL;
             }
         }
@@ -467,8 +483,8 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
     do {                                                                       \
         json_t *x = json_object_get(o, key);                                   \
         if (x && !json_is_string(x)) {                                         \
-            dd_errstr_set(errstr, errstr_size, "%s.%s: must be a string", what,\
-                          key);                                                \
+            dd_errstr_set(errstr, errstr_size, "%s: %s.%s: must be a string", \
+                          src, what, key);                                     \
             return DD_ERR_INVAL;                                               \
         }                                                                      \
         p->field = opt_strdup(x ? json_string_value(x) : (def));               \
@@ -478,8 +494,8 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
         json_t *x = json_object_get(o, key);                                   \
         if (x && (!json_is_integer(x) || json_integer_value(x) < (lo) ||       \
                   json_integer_value(x) > (hi))) {                             \
-            dd_errstr_set(errstr, errstr_size, "%s.%s: must be an integer in " \
-                          "[%d, %d]", what, key, (int)(lo), (int)(hi));        \
+            dd_errstr_set(errstr, errstr_size, "%s: %s.%s: must be an integer "\
+                          "in [%d, %d]", src, what, key, (int)(lo), (int)(hi));\
             return DD_ERR_INVAL;                                               \
         }                                                                      \
         p->field = x ? json_integer_value(x) : (def);                          \
@@ -497,19 +513,20 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
 #undef PSTR
 #undef PINT
         if (!p->name || !*p->name || !p->gateway || !*p->gateway) {
-            dd_errstr_set(errstr, errstr_size, "%s: name and gateway are required",
-                          what);
+            dd_errstr_set(errstr, errstr_size, "%s: %s: name and gateway are "
+                          "required", src, what);
             return DD_ERR_INVAL;
         }
         if (!p->http_port && !p->socks_port) {
             dd_errstr_set(errstr, errstr_size,
-                          "%s: http_port or socks_port is required", what);
+                          "%s: %s: http_port or socks_port is required", src,
+                          what);
             return DD_ERR_INVAL;
         }
         if (strcmp(p->rotation, "sticky") && strcmp(p->rotation, "timed") &&
             strcmp(p->rotation, "per_request")) {
-            dd_errstr_set(errstr, errstr_size, "%s.rotation: '%s' is not sticky, "
-                          "timed or per_request", what, p->rotation);
+            dd_errstr_set(errstr, errstr_size, "%s: %s.rotation: '%s' is not "
+                          "sticky, timed or per_request", src, what, p->rotation);
             return DD_ERR_INVAL;
         }
         json_t *c = json_object_get(o, "countries");
@@ -517,8 +534,8 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
             size_t j;
             json_t *cc;
             if (!json_is_array(c)) {
-                dd_errstr_set(errstr, errstr_size, "%s.countries: must be an "
-                              "array of ISO 3166-1 alpha-2 codes", what);
+                dd_errstr_set(errstr, errstr_size, "%s: %s.countries: must be "
+                              "an array of ISO 3166-1 alpha-2 codes", src, what);
                 return DD_ERR_INVAL;
             }
             json_array_foreach(c, j, cc)
@@ -526,8 +543,8 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
                 const char *t = json_string_value(cc);
                 if (!t || strlen(t) != 2 || !isalpha((unsigned char)t[0]) ||
                     !isalpha((unsigned char)t[1])) {
-                    dd_errstr_set(errstr, errstr_size, "%s.countries[%zu]: not an "
-                                  "ISO 3166-1 alpha-2 code", what, j);
+                    dd_errstr_set(errstr, errstr_size, "%s: %s.countries[%zu]: "
+                                  "not an ISO 3166-1 alpha-2 code", src, what, j);
                     return DD_ERR_INVAL;
                 }
                 char up[3] = {(char)toupper((unsigned char)t[0]),
@@ -535,10 +552,10 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
                 list_push(&p->countries, up);
             }
         }
-        dd_err_t err = provider_secret(o, "password", what, &p->password, errstr,
-                                       errstr_size);
+        dd_err_t err = provider_secret(o, "password", src, what, &p->password,
+                                       errstr, errstr_size);
         if (!err)
-            err = provider_secret(o, "api_key", what, &p->api_key, errstr,
+            err = provider_secret(o, "api_key", src, what, &p->api_key, errstr,
                                   errstr_size);
         if (err)
             return err;
@@ -679,11 +696,17 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
         json_error_t jerr;
         json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
         if (!root) {
+            /* jansson's text quotes the bytes near the error (a short
+             * api.token or password with a typo): only the kind is kept */
+            const char *near = strstr(jerr.text, " near '");
+            int kind = near ? (int)(near - jerr.text) : (int)strlen(jerr.text);
             if (jerr.line < 0)
-                dd_errstr_set(errstr, errstr_size, "%s: %s", path, jerr.text);
+                dd_errstr_set(errstr, errstr_size, "%s: %.*s", path, kind,
+                              jerr.text);
             else
-                dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %s", path,
-                              jerr.line, jerr.column, jerr.text);
+                dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %.*s (byte %d)",
+                              path, jerr.line, jerr.column, kind, jerr.text,
+                              jerr.position);
             err = jerr.line <= 0 && jerr.position == 0 ? DD_ERR_IO : DD_ERR_INVAL;
             goto out;
         }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -162,12 +163,136 @@ START_TEST(test_config_providers_errors)
                  "proxy.providers[0].pasword_env: unknown field");
     expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
                  "\"http_port\": 1, \"password_env\": \"DD_TEST_UNSET_VAR\"}]}}",
-                 NULL, "environment variable DD_TEST_UNSET_VAR is not set");
+                 NULL, "proxy.providers[0].password_env: the environment "
+                       "variable it names is not set");
     expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
                  "\"http_port\": 1, \"rotation\": \"often\"}]}}", NULL,
                  "rotation: 'often' is not sticky, timed or per_request");
     char *env[] = {"DEDUPD_PROXY__PROVIDERS=x", NULL};
     expect_error(NULL, env, "set providers in the configuration file");
+}
+END_TEST
+
+/* jansson's error text quotes up to 20 bytes near the error: a short token
+ * with a typo.  The error keeps the kind, line, column and byte only. */
+START_TEST(test_config_json_syntax_error_never_quotes_the_file)
+{
+    static const char *const bad[] = {
+        "{\"api\": {\"token\": \"Mc7e6d5c4b}}",
+        "{\"api\": {\"token\": \"Mc7e6d5c4b\\q\"}}",
+        "{\"api\": {\"token\": Mc7e6d5c4b}}",
+        "{\"api\": {\"token\": \"Mc7e6d5c4b\n\"}}",
+        "{\"api\": {\"token\": \"Mc7e6d5c4b\"}} Mc7e6d5c4b",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        expect_error(bad[i], NULL, ":1:");
+        ck_assert_msg(!strstr(g_err, "Mc7e6d5c4b"), "file echoed: %s", g_err);
+        ck_assert_msg(!strstr(g_err, "near '"), "file quoted: %s", g_err);
+        ck_assert_msg(strstr(g_err, "(byte "), "no byte position: %s", g_err);
+    }
+    expect_error("{\"api\": {\n  \"token\": \"Mc7e6d5c4b\\q\"}}", NULL,
+                 ":2:24: invalid escape (byte ");
+    expect_error("{\"api\": {\"token\": ", NULL, "near end of file");
+}
+END_TEST
+
+/* password_env / api_key_env name a variable; a secret pasted there instead
+ * must not be echoed when no such variable is set. */
+START_TEST(test_config_unset_secret_variable_not_echoed)
+{
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
+                 "\"http_port\": 1, \"password_env\": \"hunter2-p@ss:%41\"}]}}",
+                 NULL, ": proxy.providers[0].password_env: the environment "
+                       "variable it names is not set");
+    ck_assert_msg(!strstr(g_err, "hunter2"), "secret echoed: %s", g_err);
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", \"gateway\": \"g\", "
+                 "\"http_port\": 1}, {\"name\": \"q\", \"gateway\": \"g\", "
+                 "\"http_port\": 1, \"api_key_env\": \"hunter2-k3y\"}]}}",
+                 NULL, ": proxy.providers[1].api_key_env: the environment "
+                       "variable it names is not set");
+    ck_assert_msg(!strstr(g_err, "hunter2"), "secret echoed: %s", g_err);
+}
+END_TEST
+
+/* A secret reference of another type than string stops start-up (it was
+ * taken as absent: the provider ran without its credentials). */
+START_TEST(test_config_secret_reference_must_be_a_string)
+{
+    static const struct {
+        const char *field, *want;
+    } c[] = {
+        {"\"password_env\": 5", "proxy.providers[0].password_env: must be a string"},
+        {"\"password_file\": true", "proxy.providers[0].password_file: must be a string"},
+        {"\"api_key_env\": [\"hunter2\"]", "proxy.providers[0].api_key_env: must be a string"},
+        {"\"api_key_file\": {\"v\": \"hunter2\"}", "proxy.providers[0].api_key_file: must be a string"},
+        {"\"password_env\": null", "proxy.providers[0].password_env: must be a string"},
+        {"\"password_env\": \"DD_TEST_SET_VAR\", \"password_file\": 7",
+         "proxy.providers[0].password_file: must be a string"},
+    };
+    setenv("DD_TEST_SET_VAR", "x", 1);
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char text[256];
+        snprintf(text, sizeof(text), "{\"proxy\": {\"providers\": [{\"name\": \"p\", "
+                 "\"gateway\": \"g\", \"http_port\": 1, %s}]}}", c[i].field);
+        expect_error(text, NULL, c[i].want);
+        ck_assert_msg(strncmp(g_err, "/tmp/dedupd-test-cfg-", 21) == 0, "%s", g_err);
+        ck_assert_msg(!strstr(g_err, "hunter2"), "value echoed: %s", g_err);
+    }
+    unsetenv("DD_TEST_SET_VAR");
+}
+END_TEST
+
+/* "FILE: proxy.providers[N].KEY: why": the key path is never cut, however
+ * long the file path (a fixed buffer held both). */
+START_TEST(test_config_provider_errors_name_key_with_long_path)
+{
+    char dir[] = "/tmp/dedupd-test-cfg-dir-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char sub[256], path[512]; /* about 330 bytes (255 at most a name) */
+    int n = snprintf(sub, sizeof(sub), "%s/", dir);
+    while (n < 180)
+        sub[n++] = 's';
+    sub[n] = '\0';
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    n = snprintf(path, sizeof(path), "%s/", sub);
+    while (n < 330)
+        path[n++] = 'p';
+    strcpy(path + n, ".json");
+    static const struct {
+        const char *field, *want;
+    } c[] = {
+        {"\"password_env\": \"DD_TEST_UNSET_VAR\"",
+         "proxy.providers[1].password_env: the environment variable it names "
+         "is not set"},
+        {"\"api_key_file\": 5", "proxy.providers[1].api_key_file: must be a string"},
+        {"\"pasword_env\": \"X\"", "proxy.providers[1].pasword_env: unknown field"},
+        {"\"user\": 5", "proxy.providers[1].user: must be a string"},
+        {"\"sessions\": 0", "proxy.providers[1].sessions: must be an integer in"},
+        {"\"rotation\": \"often\"", "proxy.providers[1].rotation: 'often' is not"},
+        {"\"countries\": [\"usa\"]", "proxy.providers[1].countries[0]: not an ISO"},
+        {"\"password_file\": \"/nonexistent/pw\"",
+         "proxy.providers[1].password_file: /nonexistent/pw: No such file"},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof(text), "{\"proxy\": {\"providers\": [{\"name\": \"p\", "
+                 "\"gateway\": \"g\", \"http_port\": 1}, {\"name\": \"q\", "
+                 "\"gateway\": \"g\", \"http_port\": 1, %s}]}}", c[i].field);
+        FILE *fp = fopen(path, "w");
+        ck_assert_ptr_nonnull(fp);
+        fputs(text, fp);
+        fclose(fp);
+        char err[1024] = "";
+        struct cfg *cfg = NULL;
+        ck_assert_int_eq(cfg_load(path, NULL, &cfg, err, sizeof(err)), DD_ERR_INVAL);
+        char want[1024];
+        snprintf(want, sizeof(want), "%s: %s", path, c[i].want);
+        ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "error '%s', want '%s...'",
+                      err, want);
+    }
+    unlink(path);
+    rmdir(sub);
+    rmdir(dir);
 }
 END_TEST
 
@@ -215,10 +340,14 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_config_missing_file);
     tcase_add_test(tc, test_config_cross_field_rules);
     tcase_add_test(tc, test_config_providers_errors);
+    tcase_add_test(tc, test_config_secret_reference_must_be_a_string);
+    tcase_add_test(tc, test_config_provider_errors_name_key_with_long_path);
     suite_add_tcase(s, tc);
     tc = tcase_create("secrets");
     tcase_add_test(tc, test_config_credentials_in_exit_url_refused_without_echo);
     tcase_add_test(tc, test_config_secret_value_never_in_errors);
+    tcase_add_test(tc, test_config_json_syntax_error_never_quotes_the_file);
+    tcase_add_test(tc, test_config_unset_secret_variable_not_echoed);
     tcase_add_test(tc, test_config_dump_redacts_every_secret);
     suite_add_tcase(s, tc);
     return s;
