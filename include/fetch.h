@@ -40,11 +40,13 @@
  * request counts: attempts, redirect hops and workflow steps.
  *
  * proxy_auth (407, or a SOCKS5 authentication rejection): the session is
- * retired and its credential set (the provider; a plain exit is its own set)
- * is suspended for fetch.proxy_auth_cooldown_ms; the op moves to a session of
+ * retired and its credential set (every session of its provider) is
+ * suspended for fetch.proxy_auth_cooldown_ms; the op moves to a session of
  * another credential set (a workflow mid-way only when restartable), else it
  * fails with proxy_auth.  Ops that find no session outside suspended sets
- * fail with proxy_auth at once rather than wait.
+ * fail with proxy_auth at once rather than wait.  A plain exit of proxy.exits
+ * has no credentials to suspend: after a 407 it cools down for
+ * fetch.cooldown_default_ms and the op moves to another exit if there is one.
  *
  * Timed rotation (provider rotation "timed", rotate_every_s = N): the provider
  * changes a session's exit every N s, counted from the session's creation.

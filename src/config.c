@@ -140,8 +140,10 @@ static const struct cfg_option cfg_options[] = {
      "at once after a quiet period."},
     {"fetch.proxy_auth_cooldown_ms", CFG_INT, CFG_OFF(fetch_proxy_auth_cooldown_ms),
      0, 86400000, "300000", "ms", 0,
-     "After a 407 or SOCKS authentication rejection, the credential set (a "
-     "provider, or a plain exit) is not used for this long."},
+     "After a 407 or SOCKS authentication rejection, the provider's sessions "
+     "(its credential set) are not used for this long; ops move to another "
+     "provider or fail with proxy_auth.  A plain exit cools down for "
+     "fetch.cooldown_default_ms instead."},
     {"fetch.workflow_max_restarts", CFG_INT, CFG_OFF(fetch_workflow_max_restarts),
      0, 100, "3", "restarts", 0,
      "Times a restartable workflow (every step safe, or \"replayable\": true) "

@@ -1259,14 +1259,17 @@ static struct fetch_result *result_from(struct xfer *x)
 }
 
 /* Failures after the status line whose body is cut short: never publish
- * that partial body. */
+ * that partial body.  Nor the proxy's own answer (407 page, CONNECT
+ * refusal): it is not the origin's. */
 static bool category_partial(const char *category)
 {
     return category && (!strcmp(category, "too_large") ||
                         !strcmp(category, "timeout") ||
                         !strcmp(category, "connect") ||
                         !strcmp(category, "protocol") ||
-                        !strcmp(category, "canceled"));
+                        !strcmp(category, "canceled") ||
+                        !strcmp(category, "proxy_auth") ||
+                        !strcmp(category, "proxy_connect"));
 }
 
 /* Record the outcome of the current workflow step (this run). */
@@ -1442,8 +1445,32 @@ static void step_ok(struct fetch *f, struct xfer *x, long status)
     waiting_push(f, x);
 }
 
+/* Can a session of another credential set than \p s serve \p x (country,
+ * not suspended; cooling down is fine: it will come back)? */
+static bool other_credentials(struct fetch *f, struct xfer *x,
+                              const struct session *s, int64_t now)
+{
+    for (size_t i = 0; i < f->n_sessions; i++) {
+        const struct session *t = &f->sessions[i];
+        if (t == s || (s->provider && t->provider == s->provider))
+            continue;
+        if (x->country[0] && t->provider && t->country[0] &&
+            strcmp(t->country, x->country))
+            continue;
+        if (x->country[0] && !t->country[0] && t->provider &&
+            t->provider->countries.n)
+            continue;
+        if (!session_suspended(t, now))
+            return true;
+    }
+    return false;
+}
+
 /* 407 or a SOCKS authentication rejection: retire the session, suspend its
- * credential set, and move the op to another set's session, else fail. */
+ * credential set (a provider's sessions) for fetch.proxy_auth_cooldown_ms,
+ * and move the op to a session of another credential set, else fail.  A
+ * plain exit of proxy.exits has no credentials to suspend: it cools down
+ * (fetch.cooldown_default_ms) like a blocked exit. */
 static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
                               const char *error)
 {
@@ -1452,12 +1479,15 @@ static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
     att_close(x, status, "proxy_auth", error);
     s->errors++;
     int64_t cd = f->cfg->fetch_proxy_auth_cooldown_ms;
-    if (cd > 0) {
+    if (!s->provider) {
+        if (now + f->cfg->fetch_cooldown_default_ms > s->cooldown_until_ms)
+            s->cooldown_until_ms = now + f->cfg->fetch_cooldown_default_ms;
+    } else if (cd > 0) {
         int64_t until = now + cd;
         bool newly = false;
         for (size_t i = 0; i < f->n_sessions; i++) {
             struct session *t = &f->sessions[i];
-            if (t != s && (!s->provider || t->provider != s->provider))
+            if (t->provider != s->provider)
                 continue;
             if (t->suspended_until_ms <= now)
                 newly = true;
@@ -1467,9 +1497,8 @@ static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
         if (newly) {
             atomic_fetch_add(&f->st_auth_suspensions, 1);
             log_msg(LOG_WARNING, "fetch",
-                    "proxy refused the credentials of %s %s (%s): not used "
-                    "for %lld ms", s->provider ? "provider" : "exit",
-                    s->provider ? s->provider->name : s->name,
+                    "proxy refused the credentials of provider %s (%s): not "
+                    "used for %lld ms", s->provider->name,
                     error ? error : "407", (long long)cd);
         }
     }
@@ -1479,16 +1508,13 @@ static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
         others_pinned == 0)
         session_renew(f, s, "proxy_auth");
     x->fresh_connect = true;
-    char msg[320];
     if (wf_midway(x) && !wf_restartable(x)) {
         finish(f, x, false, status, "proxy_auth", error);
         return;
     }
-    int64_t wait_until = 0;
-    int next = (int64_t)x->rotations < f->cfg->fetch_max_rotations
-                   ? session_pick(f, x, true, now, &wait_until)
-                   : -2;
-    if (next == -2 || next == x->session) {
+    if ((int64_t)x->rotations >= f->cfg->fetch_max_rotations ||
+        !other_credentials(f, x, s, now)) {
+        char msg[320];
         snprintf(msg, sizeof(msg), "%s; no session of another credential set "
                  "is available", error ? error : "the proxy refused the credentials");
         finish(f, x, false, status, "proxy_auth", msg);
