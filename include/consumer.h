@@ -49,6 +49,7 @@ struct consumer_stats {
         replayed_outbox, fast_path;
     uint64_t fetch_attempts, rotations, throttled, bytes;
     uint64_t single_flight; /**< ops served by another op's transfer */
+    uint64_t not_modified;  /**< 304s answered from the stored body */
     int64_t first_msg_ms, last_msg_ms;
 };
 

@@ -6,8 +6,10 @@
  * A result carries event_key, op_id, job_key, url, final_url, status, selected
  * response headers (content-type, etag, last-modified), body (UTF-8 text) or
  * body_base64, body_sha256, bytes, fetched_at (RFC 3339 UTC), attempts,
- * rotations, outcome (fetched | failed | shadow), category when failed, session
- * (exit name, never credentials), generation and the job's meta.
+ * rotations, outcome (fetched | not_modified | failed | shadow), category when
+ * failed, session (exit name, never credentials), generation and the job's
+ * meta.  not_modified: the origin answered 304 to the validators dedupd sent
+ * (conditional refetch), and body, body_sha256 and bytes are the stored ones.
  *
  * "session" is {"exit": NAME} plus, for a session of a provider with timed
  * rotation, "rotates_at" (RFC 3339 UTC): the end of the provider's interval

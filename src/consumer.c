@@ -66,6 +66,10 @@ struct opctx {
     struct opctx *sf_next;      /* follower: next waiter of its leader */
     bool sf_leading;            /* in the leader map */
     bool sf_waiting;            /* follower, waiting */
+    struct store_validator *cond; /* validators sent with its request
+                                     (conditional refetch), or NULL */
+    bool no_cond;               /* refetch without validators (a 304 not
+                                   trusted, or its stored body gone) */
     bool sf_alone;              /* its leader failed transiently: it fetches
                                    on its own (never chained behind another
                                    waiter, so every wait stays bounded) */
@@ -303,6 +307,7 @@ static void op_finish(struct pipeline *pl, struct opctx *o)
         m = n;
     }
     job_destroy(o->job);
+    free(o->cond);
     free(o->op_id);
     free(o);
 }
@@ -568,6 +573,31 @@ static bool sf_shareable(const struct fetch_result *r)
     return false;
 }
 
+/* Conditional refetch (DESIGN.md section 5) applies to what single-flight
+ * shares: a plain GET without a body whose job sets no validator itself. */
+static bool cond_eligible(const struct job *j)
+{
+    if (j->n_steps || j->req.body_len || strcmp(j->req.method, "GET"))
+        return false;
+    for (size_t i = 0; i < j->req.n_headers; i++)
+        if (!strcasecmp(j->req.headers[i].name, "if-none-match") ||
+            !strcasecmp(j->req.headers[i].name, "if-modified-since") ||
+            !strcasecmp(j->req.headers[i].name, "range"))
+            return false;
+    return true;
+}
+
+/* Weak comparison of two entity tags (RFC 9110 section 8.8.3.2): equal once
+ * a leading W/ is dropped from each. */
+static bool etag_weak_match(const char *a, const char *b)
+{
+    if (!strncmp(a, "W/", 2))
+        a += 2;
+    if (!strncmp(b, "W/", 2))
+        b += 2;
+    return !strcmp(a, b);
+}
+
 static void start_fetch(struct pipeline *pl, struct opctx *o)
 {
     const struct job *j = o->job;
@@ -596,10 +626,34 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
             o->sf_leading = true;
         }
     }
-    struct fetch_header *h = calloc(j->req.n_headers + 1, sizeof(*h));
-    for (size_t i = 0; i < j->req.n_headers; i++) {
+    struct fetch_header *h = calloc(j->req.n_headers + 3, sizeof(*h));
+    if (!h)
+        abort();
+    size_t nh = j->req.n_headers;
+    for (size_t i = 0; i < nh; i++) {
         h[i].name = j->req.headers[i].name;
         h[i].value = j->req.headers[i].value;
+    }
+    if (!o->no_cond && !o->cond && cond_eligible(j)) {
+        struct store_validator v;
+        bool found = false;
+        char e[DD_ERRSTR_SIZE];
+        if (store_validator_get(pl->store, j->resource_key, now_ms(), &v,
+                                &found, e, sizeof(e)))
+            log_msg(LOG_WARNING, "store", "validators: %s", e);
+        else if (found && (v.etag[0] || v.last_modified[0])) {
+            o->cond = malloc(sizeof(*o->cond));
+            if (!o->cond)
+                abort();
+            *o->cond = v;
+        }
+    }
+    if (o->cond && !o->no_cond) {
+        if (o->cond->etag[0])
+            h[nh++] = (struct fetch_header){"If-None-Match", o->cond->etag};
+        if (o->cond->last_modified[0])
+            h[nh++] = (struct fetch_header){"If-Modified-Since",
+                                            o->cond->last_modified};
     }
     /* A workflow: every step, with its headers (borrowed from the job). */
     struct fetch_step *steps = calloc(j->n_steps + 1, sizeof(*steps));
@@ -625,7 +679,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .url = j->req.url,
         .method = j->req.method,
         .headers = h,
-        .n_headers = j->req.n_headers,
+        .n_headers = nh,
         .body = j->req.body,
         .body_len = j->req.body_len,
         .safe = j->safe,
@@ -1044,7 +1098,7 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
                       (size_t)pl->cfg->limits_max_result_bytes, &f->value,
                       &f->value_len, &outcome))
         abort();
-    bool failed = strcmp(outcome, "fetched") != 0;
+    bool failed = strcmp(outcome, "fetched") && strcmp(outcome, "not_modified");
     o->failed = failed;
     metrics_observe(METRICS_JOB_ATTEMPTS, shared ? 0.0 : (double)r->attempts);
     const char *category = failed ? (r->category ? r->category : "too_large")
@@ -1088,6 +1142,60 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         .attempt_log = f->attempts,
         .n_attempt_log = n_log,
     };
+    /* A fresh 2xx of a conditional-refetch candidate keeps (or, without
+     * ETag and Last-Modified, clears) the resource's validators and body, in
+     * the same batch.  A waiter's copy is the leader's: written once. */
+    if (!shared && !failed && r->status >= 200 && r->status < 300 &&
+        r->status != 206 && cond_eligible(o->job)) {
+        req->resource_key = o->job->resource_key;
+        req->etag = r->etag;
+        req->last_modified = r->last_modified;
+        req->content_type = r->content_type;
+        req->final_url = r->final_url;
+        req->http_status = (int32_t)r->status;
+        req->body = r->body;
+        req->body_len = r->body_len;
+    }
+}
+
+/* A 304 answered the validators \p o sent: put the stored body (and its
+ * headers) into \p r.  @returns false when the 304 is not trusted (its ETag
+ * does not weakly match the one sent) or the stored body is gone: the op is
+ * then fetched again without validators. */
+static bool cond_apply(struct pipeline *pl, struct opctx *o,
+                       struct fetch_result *r)
+{
+    struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+    const struct store_validator *v = o->cond;
+    if (r->etag && v->etag[0] && !etag_weak_match(r->etag, v->etag)) {
+        log_ctx_msg(LOG_NOTICE, "fetch", &lc,
+                    "304 with ETag %.80s, sent %.80s: not trusted, fetching "
+                    "again without validators", r->etag, v->etag);
+        return false;
+    }
+    void *body = NULL;
+    size_t len = 0;
+    bool found = false;
+    char e[DD_ERRSTR_SIZE] = "";
+    if (store_body_get(pl->store, v->body_sha256, now_ms(), &body, &len,
+                       &found, e, sizeof(e)) || !found) {
+        log_ctx_msg(LOG_NOTICE, "fetch", &lc,
+                    "304 but the stored body is gone%s%s: fetching again "
+                    "without validators", e[0] ? ": " : "", e);
+        free(body);
+        return false;
+    }
+    free(r->body);
+    r->body = body;
+    r->body_len = len;
+    if (!r->content_type && v->content_type[0])
+        r->content_type = strdup(v->content_type);
+    if (!r->etag && v->etag[0])
+        r->etag = strdup(v->etag);
+    if (!r->last_modified && v->last_modified[0])
+        r->last_modified = strdup(v->last_modified);
+    pl->st->not_modified++;
+    return true;
 }
 
 /* Commit \p n finished fetches (and the single-flight waiters their answers
@@ -1098,11 +1206,26 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     char e[DD_ERRSTR_SIZE];
     /* Single-flight: the leaders leave the map; their waiters take a final
      * answer as their own, or fetch for themselves after a transient one. */
-    size_t total = n;
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = rs[i]->opaque;
         if (o->sf_leading)
             sf_remove(pl, o);
+        if (o->cond && rs[i]->ok && rs[i]->status == 304 &&
+            !cond_apply(pl, o, rs[i])) {
+            /* once more, without validators; its waiters keep waiting */
+            o->no_cond = true;
+            free(o->cond);
+            o->cond = NULL;
+            fetch_result_destroy(rs[i]);
+            start_fetch(pl, o);
+            continue;
+        }
+        rs[total++] = rs[i];
+    }
+    n = total;
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = rs[i]->opaque;
         if (!o->sf_followers)
             continue;
         if (sf_shareable(rs[i])) {
@@ -1121,6 +1244,8 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
             w = next;
         }
     }
+    if (!total)
+        return;
     struct fetched *f = calloc(total, sizeof(*f));
     struct store_complete_req *req = calloc(total, sizeof(*req));
     if (!f || !req)
@@ -1553,6 +1678,8 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
         .sync = cfg->store_sync,
         .index_max_bytes = (size_t)cfg->store_index_max_bytes,
+        .validators_ttl_ms = cfg->store_validators_ttl_ms,
+        .max_body_bytes = (size_t)cfg->store_max_body_bytes,
     };
     err = store_open(&sc, &pl->store, errstr, errstr_size);
     if (err)
@@ -1795,7 +1922,7 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             "\"misrouted\":%llu,\"results\":%llu,\"failed\":%llu,"
             "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
             "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
-            "\"single_flight\":%llu,"
+            "\"single_flight\":%llu,\"not_modified\":%llu,"
             "\"seconds\":%.3f,\"messages_per_second\":%.1f}\n",
             (unsigned long long)st->consumed, (unsigned long long)st->new_ops,
             (unsigned long long)st->reclaimed,
@@ -1810,5 +1937,6 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             (unsigned long long)st->fetch_attempts,
             (unsigned long long)st->rotations,
             (unsigned long long)st->throttled, (unsigned long long)st->bytes,
-            (unsigned long long)st->single_flight, secs, secs > 0 ? (double)st->consumed / secs : 0.0);
+            (unsigned long long)st->single_flight,
+            (unsigned long long)st->not_modified, secs, secs > 0 ? (double)st->consumed / secs : 0.0);
 }

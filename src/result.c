@@ -96,7 +96,8 @@ static json_t *encode(const struct job *job, const struct fetch_result *r,
         json_object_set_new(o, "outcome", json_string(*outcome));
         return o;
     }
-    *outcome = r->ok ? "fetched" : "failed";
+    /* a 304 to the validators dedupd sent, answered from the stored body */
+    *outcome = !r->ok ? "failed" : r->status == 304 ? "not_modified" : "fetched";
     json_object_set_new(o, "outcome", json_string(*outcome));
     if (!r->ok)
         json_object_set_new(o, "category", json_string(r->category));
