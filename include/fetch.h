@@ -51,7 +51,10 @@
  * Timed rotation (provider rotation "timed", rotate_every_s = N): the provider
  * changes a session's exit every N s, counted from the session's creation.
  * The engine treats each interval as a new exit: no connection (tunnel)
- * opened in an earlier interval is reused, the old exit's cooldown and error
+ * opened in an earlier interval is reused (libcurl's connection lifetime
+ * limit counts whole seconds, so in the first 2 s of an interval every
+ * request opens a new tunnel; later, tunnels of the interval are reused),
+ * the old exit's cooldown and error
  * count no longer apply, and fetch_result.session_rotates_at_ms tells when the
  * exit that served the result stops being current.  dedupd keeps no response
  * cache; anything that reuses a fetched answer for another request (a cache

@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <jansson.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -206,9 +207,7 @@ int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_
         return 0;
     }
     double ms = (1.0 - b->tokens) * 60000.0 / (double)rate_per_min;
-    int64_t w = (int64_t)ms;
-    if ((double)w < ms)
-        w++;
+    int64_t w = (int64_t)ceil(ms - 1e-6); /* float noise must not add 1 ms */
     return w < 1 ? 1 : w;
 }
 
@@ -1401,7 +1400,8 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     }
     log_msg(LOG_INFO, "fetch",
             "workflow %s: %s at step %zu of %zu through %s; restarting from "
-            "the first step on another session", x->steps[0].url, category,
+            "the first step (on another session when one is free)",
+            x->steps[0].url, category,
             x->step + 1, x->n_steps,
             x->session >= 0 ? f->sessions[x->session].name : "-");
     x->restarts++;

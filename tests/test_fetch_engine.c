@@ -1,0 +1,405 @@
+/* Unit tests of fetch.c beyond the SSRF guard (test_fetch.c): the per-host token bucket, timed-rotation intervals,
+ * and the engine itself (direct, no proxy) against a small in-process
+ * HTTP/1.1 origin: workflow cookies and their isolation between ops, restart
+ * of a safe workflow, failure without replay of an unsafe one, the per-host
+ * concurrency cap. */
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "fetch.h"
+
+/* ---- token bucket --------------------------------------------------------- */
+
+START_TEST(test_bucket_rate)
+{
+    struct fetch_bucket b = {0};
+    /* 600/min = one token per 100 ms, burst 1 */
+    ck_assert_int_eq(fetch_bucket_take(&b, 1000, 600, 1), 0);
+    ck_assert_int_eq(fetch_bucket_take(&b, 1000, 600, 1), 100);
+    ck_assert_int_eq(fetch_bucket_take(&b, 1050, 600, 1), 50);
+    ck_assert_int_eq(fetch_bucket_take(&b, 1100, 600, 1), 0);
+    /* a long quiet period refills up to the burst only */
+    ck_assert_int_eq(fetch_bucket_take(&b, 60000, 600, 1), 0);
+    ck_assert_int_gt(fetch_bucket_take(&b, 60000, 600, 1), 0);
+}
+END_TEST
+
+START_TEST(test_bucket_burst)
+{
+    struct fetch_bucket b = {0};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(fetch_bucket_take(&b, 5000, 60, 3), 0);
+    ck_assert_int_eq(fetch_bucket_take(&b, 5000, 60, 3), 1000); /* 1/s */
+    ck_assert_int_eq(fetch_bucket_take(&b, 5999, 60, 3), 1);
+    ck_assert_int_eq(fetch_bucket_take(&b, 6000, 60, 3), 0);
+    /* rate 0: no limit */
+    struct fetch_bucket u = {0};
+    for (int i = 0; i < 1000; i++)
+        ck_assert_int_eq(fetch_bucket_take(&u, 1, 0, 1), 0);
+}
+END_TEST
+
+START_TEST(test_timed_interval)
+{
+    int64_t start = -1;
+    ck_assert_int_eq(fetch_timed_interval(1000, 3, 1000, &start), 0);
+    ck_assert_int_eq(start, 1000);
+    ck_assert_int_eq(fetch_timed_interval(1000, 3, 3999, &start), 0);
+    ck_assert_int_eq(fetch_timed_interval(1000, 3, 4000, &start), 1);
+    ck_assert_int_eq(start, 4000);
+    ck_assert_int_eq(fetch_timed_interval(1000, 3, 10500, &start), 3);
+    ck_assert_int_eq(start, 10000);
+    ck_assert_int_eq(fetch_timed_interval(1000, 0, 10500, &start), 0);
+    ck_assert_int_eq(fetch_timed_interval(1000, 3, 500, NULL), 0);
+}
+END_TEST
+
+/* ---- a small origin ----------------------------------------------------------
+ * Keep-alive HTTP/1.1, one thread per connection.  Logs "METHOD PATH COOKIE"
+ * per request.  /login?k=K sets sid=K-n; /flaky?k=K&n=N answers 503 to the
+ * first N requests of K; /slow sleeps 150 ms; others 200. */
+
+#define LOG_MAX 256
+static struct {
+    int fd, port;
+    pthread_mutex_t lock;
+    char log[LOG_MAX][256];
+    int n_log;
+    int logins, flaky;
+    int active, max_active;
+} srv;
+
+static void *conn_main(void *arg)
+{
+    int c = (int)(intptr_t)arg;
+    char buf[8192];
+    size_t have = 0;
+    for (;;) {
+        char *end;
+        while (!(end = memmem(buf, have, "\r\n\r\n", 4))) {
+            ssize_t n = recv(c, buf + have, sizeof(buf) - have - 1, 0);
+            if (n <= 0)
+                goto out;
+            have += (size_t)n;
+        }
+        buf[have] = '\0';
+        size_t hlen = (size_t)(end - buf) + 4;
+        char method[16] = "", target[512] = "", cookie[256] = "-";
+        sscanf(buf, "%15s %511s", method, target);
+        size_t clen = 0;
+        for (char *l = strstr(buf, "\r\n"); l && l < end; l = strstr(l + 2, "\r\n")) {
+            if (!strncasecmp(l + 2, "Cookie: ", 8))
+                sscanf(l + 10, "%255[^\r]", cookie);
+            if (!strncasecmp(l + 2, "Content-Length: ", 16))
+                clen = (size_t)atol(l + 18);
+        }
+        while (have < hlen + clen) {
+            ssize_t n = recv(c, buf + have, sizeof(buf) - have - 1, 0);
+            if (n <= 0)
+                goto out;
+            have += (size_t)n;
+        }
+        int status = 200;
+        char extra[128] = "";
+        pthread_mutex_lock(&srv.lock);
+        if (strstr(target, "/login"))
+            snprintf(extra, sizeof(extra), "Set-Cookie: sid=s%d; Path=/\r\n",
+                     ++srv.logins);
+        else if (strstr(target, "/flaky") && srv.flaky-- > 0)
+            status = 503;
+        if (srv.n_log < LOG_MAX)
+            snprintf(srv.log[srv.n_log++], 256, "%s %s %s", method, target, cookie);
+        if (++srv.active > srv.max_active)
+            srv.max_active = srv.active;
+        pthread_mutex_unlock(&srv.lock);
+        if (strstr(target, "/slow"))
+            usleep(150000);
+        char resp[512];
+        int n = snprintf(resp, sizeof(resp),
+                         "HTTP/1.1 %d X\r\n%sContent-Length: 2\r\n\r\nok", status,
+                         extra);
+        pthread_mutex_lock(&srv.lock);
+        srv.active--;
+        pthread_mutex_unlock(&srv.lock);
+        if (send(c, resp, (size_t)n, MSG_NOSIGNAL) != n)
+            goto out;
+        memmove(buf, buf + hlen + clen, have - hlen - clen);
+        have -= hlen + clen;
+    }
+out:
+    close(c);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        int c = accept(srv.fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        pthread_t t;
+        pthread_create(&t, NULL, conn_main, (void *)(intptr_t)c);
+        pthread_detach(t);
+    }
+}
+
+static void srv_start(void)
+{
+    static bool started;
+    pthread_mutex_lock(&srv.lock);
+    srv.n_log = srv.logins = srv.flaky = srv.max_active = 0;
+    pthread_mutex_unlock(&srv.lock);
+    if (started)
+        return;
+    started = true;
+    pthread_mutex_init(&srv.lock, NULL);
+    srv.fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(srv.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(listen(srv.fd, 128), 0);
+    socklen_t al = sizeof(a);
+    getsockname(srv.fd, (struct sockaddr *)&a, &al);
+    srv.port = ntohs(a.sin_port);
+    pthread_t t;
+    pthread_create(&t, NULL, accept_main, NULL);
+    pthread_detach(t);
+}
+
+static int64_t ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct cfg *g_cfg;
+static struct fetch *g_f;
+
+static void engine_start(const char *extra_env)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    srv_start();
+    char *env[] = {"DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32",
+                   "DEDUPD_FETCH__BACKOFF_BASE_MS=5",
+                   "DEDUPD_FETCH__BACKOFF_MAX_MS=10",
+                   (char *)extra_env, NULL};
+    char err[512];
+    ck_assert_msg(cfg_load(NULL, env, &g_cfg, err, sizeof(err)) == DD_OK, "%s", err);
+    ck_assert_msg(fetch_new(g_cfg, &g_f, err, sizeof(err)) == DD_OK, "%s", err);
+}
+
+static void engine_stop(void)
+{
+    fetch_destroy(g_f);
+    cfg_destroy(g_cfg);
+    g_f = NULL;
+    g_cfg = NULL;
+}
+
+static struct fetch_result *wait_one(void)
+{
+    for (int i = 0; i < 100; i++) {
+        struct fetch_result *r = fetch_take(g_f, 100);
+        if (r)
+            return r;
+    }
+    ck_abort_msg("no result within 10 s");
+    return NULL;
+}
+
+static void url(char *buf, size_t n, const char *path)
+{
+    snprintf(buf, n, "http://127.0.0.1:%d%s", srv.port, path);
+}
+
+static bool log_has(const char *line)
+{
+    bool found = false;
+    pthread_mutex_lock(&srv.lock);
+    for (int i = 0; i < srv.n_log; i++)
+        found |= !strcmp(srv.log[i], line);
+    pthread_mutex_unlock(&srv.lock);
+    return found;
+}
+
+static int log_count(const char *prefix)
+{
+    int n = 0;
+    pthread_mutex_lock(&srv.lock);
+    for (int i = 0; i < srv.n_log; i++)
+        n += !strncmp(srv.log[i], prefix, strlen(prefix));
+    pthread_mutex_unlock(&srv.lock);
+    return n;
+}
+
+static void submit_wf(const char *const *paths, const char *const *methods, size_t n,
+                      bool safe, bool replayable, void *opaque)
+{
+    char u[8][256];
+    struct fetch_step st[8];
+    for (size_t i = 0; i < n; i++) {
+        url(u[i], sizeof(u[i]), paths[i]);
+        st[i] = (struct fetch_step){.url = u[i], .method = methods ? methods[i] : "GET"};
+        if (methods && !strcmp(methods[i], "POST")) {
+            st[i].body = "a=1";
+            st[i].body_len = 3;
+        }
+    }
+    struct fetch_req req = {.steps = st, .n_steps = n, .safe = safe,
+                            .replayable = replayable,
+                            .deadline_ms = ms_now() + 10000, .opaque = opaque};
+    ck_assert_int_eq(fetch_submit(g_f, &req), DD_OK);
+}
+
+START_TEST(test_workflow_cookies)
+{
+    engine_start(NULL);
+    const char *a[] = {"/login?op=a", "/account?op=a", "/orders?op=a"};
+    submit_wf(a, NULL, 3, true, false, (void *)1);
+    struct fetch_result *r = wait_one();
+    ck_assert_msg(r->ok, "%s", r->error ? r->error : "");
+    ck_assert_uint_eq(r->n_steps_total, 3);
+    ck_assert_uint_eq(r->n_steps, 3);
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_int_eq(r->steps[i].status, 200);
+    ck_assert_uint_eq(r->attempts, 3);
+    ck_assert_uint_eq(r->restarts, 0);
+    ck_assert(log_has("GET /login?op=a -"));
+    ck_assert(log_has("GET /account?op=a sid=s1"));
+    ck_assert(log_has("GET /orders?op=a sid=s1"));
+    fetch_result_destroy(r);
+    /* another op: its own jar (no sid=s1) */
+    const char *b[] = {"/account?op=b", "/login?op=b", "/orders?op=b"};
+    submit_wf(b, NULL, 3, true, false, (void *)2);
+    r = wait_one();
+    ck_assert(r->ok);
+    ck_assert(log_has("GET /account?op=b -"));
+    ck_assert(log_has("GET /orders?op=b sid=s2"));
+    fetch_result_destroy(r);
+    /* a plain request uses no jar */
+    char u[256];
+    url(u, sizeof(u), "/plain");
+    struct fetch_req req = {.url = u, .method = "GET", .safe = true,
+                            .deadline_ms = ms_now() + 10000};
+    ck_assert_int_eq(fetch_submit(g_f, &req), DD_OK);
+    r = wait_one();
+    ck_assert(r->ok);
+    ck_assert_uint_eq(r->n_steps_total, 0);
+    ck_assert(log_has("GET /plain -"));
+    fetch_result_destroy(r);
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_workflow_restart_safe)
+{
+    engine_start("DEDUPD_FETCH__WORKFLOW_STEP_RETRIES=1");
+    srv.flaky = 2; /* the step and its same-session retry get 503 */
+    const char *p[] = {"/login?op=r", "/flaky?op=r", "/account?op=r"};
+    submit_wf(p, NULL, 3, true, false, NULL);
+    struct fetch_result *r = wait_one();
+    ck_assert_msg(r->ok, "%s", r->error ? r->error : "");
+    ck_assert_uint_eq(r->restarts, 1);
+    ck_assert_int_eq(log_count("GET /login?op=r"), 2);
+    ck_assert_int_eq(log_count("GET /flaky?op=r"), 3);
+    /* the restart starts with an empty jar: the second login's cookie only */
+    ck_assert(log_has("GET /login?op=r -"));
+    ck_assert(log_has("GET /account?op=r sid=s2"));
+    ck_assert_uint_eq(r->n_steps, 3);
+    fetch_result_destroy(r);
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_workflow_unsafe_fails)
+{
+    engine_start(NULL);
+    srv.flaky = 1;
+    const char *p[] = {"/login?op=u", "/flaky?op=u", "/account?op=u"};
+    const char *m[] = {"POST", "GET", "GET"};
+    submit_wf(p, m, 3, false, false, NULL);
+    struct fetch_result *r = wait_one();
+    ck_assert(!r->ok);
+    ck_assert_str_eq(r->category, "server_error");
+    ck_assert_int_eq(r->status, 503);
+    ck_assert_uint_eq(r->n_steps, 2);
+    ck_assert_str_eq(r->steps[1].category, "server_error");
+    ck_assert_int_eq(log_count("POST /login?op=u"), 1);
+    ck_assert_int_eq(log_count("GET /flaky?op=u"), 1);
+    ck_assert_int_eq(log_count("GET /account?op=u"), 0);
+    fetch_result_destroy(r);
+    /* replayable: restarted (the POST sent twice, as the job allows) */
+    srv.flaky = 1;
+    const char *q[] = {"/login?op=v", "/flaky?op=v", "/account?op=v"};
+    submit_wf(q, m, 3, false, true, NULL);
+    r = wait_one();
+    ck_assert_msg(r->ok, "%s", r->error ? r->error : "");
+    ck_assert_uint_eq(r->restarts, 1);
+    ck_assert_int_eq(log_count("POST /login?op=v"), 2);
+    fetch_result_destroy(r);
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_per_host_cap)
+{
+    engine_start("DEDUPD_FETCH__PER_HOST_MAX_INFLIGHT=1");
+    char u[6][256];
+    for (int i = 0; i < 6; i++) {
+        char p[64];
+        snprintf(p, sizeof(p), "/slow?i=%d", i);
+        url(u[i], sizeof(u[i]), p);
+        struct fetch_req req = {.url = u[i], .method = "GET", .safe = true,
+                                .deadline_ms = ms_now() + 10000};
+        ck_assert_int_eq(fetch_submit(g_f, &req), DD_OK);
+    }
+    int64_t t0 = ms_now();
+    for (int i = 0; i < 6; i++) {
+        struct fetch_result *r = wait_one();
+        ck_assert(r->ok);
+        ck_assert_uint_eq(r->attempts, 1);
+        fetch_result_destroy(r);
+    }
+    ck_assert_int_ge(ms_now() - t0, 6 * 150 - 50);
+    ck_assert_int_eq(srv.max_active, 1);
+    struct fetch_stats st;
+    fetch_stats_get(g_f, &st);
+    ck_assert_uint_ge(st.host_waits, 1);
+    engine_stop();
+}
+END_TEST
+
+Suite *fetch_engine_suite(void)
+{
+    Suite *s = suite_create("fetch_engine");
+    TCase *tc = tcase_create("limits");
+    tcase_add_test(tc, test_bucket_rate);
+    tcase_add_test(tc, test_bucket_burst);
+    tcase_add_test(tc, test_timed_interval);
+    suite_add_tcase(s, tc);
+    TCase *te = tcase_create("engine");
+    tcase_set_timeout(te, 60);
+    tcase_add_test(te, test_workflow_cookies);
+    tcase_add_test(te, test_workflow_restart_safe);
+    tcase_add_test(te, test_workflow_unsafe_fails);
+    tcase_add_test(te, test_per_host_cap);
+    suite_add_tcase(s, te);
+    return s;
+}
