@@ -56,9 +56,11 @@
  * request opens a new tunnel; later, tunnels of the interval are reused),
  * the old exit's cooldown and error
  * count no longer apply, and fetch_result.session_rotates_at_ms tells when the
- * exit that served the result stops being current.  dedupd keeps no response
- * cache; anything that reuses a fetched answer for another request (a cache
- * keyed by the session, single-flight) must not keep it past that instant.
+ * exit that served the result stops being current.  dedupd serves no stored
+ * answer without a new request (single-flight shares a transfer still in
+ * flight; conditional refetch reuses a body only on the origin's 304); anything
+ * that reuses a fetched answer as "through this session" must not keep it
+ * past that instant.
  *
  * Safety: TLS verification on; the body cap is enforced in the write callback;
  * redirects are capped; an SSRF guard refuses IP-literal targets in loopback,
