@@ -523,9 +523,13 @@ struct store_claim_req {
  *        on each in array order (a repeated op_id in the batch: the first wins,
  *        later ones see it running under this run's lease).  Keys the hot index
  *        cannot decide are read with one batched MultiGet (sorted); every new
- *        or reclaimed op is written in one WriteBatch (one WAL sync).  Holds
- *        the stripes of all its op_ids for the call, so it is atomic against
- *        store_claim and other batches from any thread.
+ *        or reclaimed op is written in one WriteBatch, to the WAL without
+ *        fsync whatever store.sync says: the next synced write (the
+ *        completions' group commit) persists it, and a claim lost in a crash
+ *        only means the redelivered job (its offset was not committed) is
+ *        claimed and fetched again, as a fetch in flight at the crash is.
+ *        Holds the stripes of all its op_ids for the call, so it is atomic
+ *        against store_claim and other batches from any thread.
  * @param reqs    n requests; inputs borrowed for the call, outputs written.
  * @param errstr  Optional: the first failure's text (a request's, or the
  *                batch's), written even when DD_OK is returned.

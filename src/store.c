@@ -177,7 +177,8 @@ struct store {
     rocksdb_compactionfilter_t *filter;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
-    rocksdb_writeoptions_t *wopts_ack; /* never synced: outbox acks */
+    rocksdb_writeoptions_t *wopts_nosync; /* never synced: claims, outbox
+                                            acks (see store.h) */
     rocksdb_column_family_handle_t *cf[CF_N];
     rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
     size_t extra_cf_n;
@@ -1371,8 +1372,8 @@ static void set_options(struct store *s, const struct store_conf *conf)
     /* An ack lost in a crash only replays its entry at start-up under the
      * same event_key (a duplicate consumers drop), so it needs no fsync;
      * the next synced write persists it anyway. */
-    s->wopts_ack = rocksdb_writeoptions_create();
-    rocksdb_writeoptions_set_sync(s->wopts_ack, 0);
+    s->wopts_nosync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->wopts_nosync, 0);
 }
 
 static bool is_ttl_cf(int i)
@@ -1691,8 +1692,8 @@ void store_close(struct store *s)
         rocksdb_readoptions_destroy(s->ropts);
     if (s->wopts)
         rocksdb_writeoptions_destroy(s->wopts);
-    if (s->wopts_ack)
-        rocksdb_writeoptions_destroy(s->wopts_ack);
+    if (s->wopts_nosync)
+        rocksdb_writeoptions_destroy(s->wopts_nosync);
     for (int i = 0; i < s->stripes_init; i++)
         pthread_mutex_destroy(&s->stripes[i]);
     if (s->seq_mu_init)
@@ -2316,7 +2317,7 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
         rocksdb_writebatch_put_cf(batch, s->cf[CF_OPS], op_id, strlen(op_id),
                                   (const char *)vbuf, n);
     }
-    rocksdb_write(s->db, s->wopts_ack, batch, &rerr);
+    rocksdb_write(s->db, s->wopts_nosync, batch, &rerr);
     if (rerr) {
         err = rdb_fail(rerr, "rocksdb_write(outbox ack)", op_id, errstr,
                        errstr_size);
@@ -2758,7 +2759,9 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
                                       vlen);
         }
         char *rerr = NULL;
-        rocksdb_write(s->db, s->wopts, wb, &rerr);
+        /* not synced: the next synced write (a completion) persists it,
+         * and a claim lost in a crash is only claimed again (store.h) */
+        rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
         if (rerr) {
             err = rdb_fail(rerr, "rocksdb_write(ops batch)",
                            reqs[u[0].first].op_id, errstr, errstr_size);
