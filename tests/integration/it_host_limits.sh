@@ -6,14 +6,15 @@
 #      ~100 ms, no 500 ms window with more than 6); the same jobs without the
 #      limit arrive within a fraction of that
 #   2. concurrency: fetch.per_host_max_inflight=2, 10 requests of 400 ms to
-#      tests/integration/wf_origin.py: from its log (start and end of every
+#      tests/fixtures/wf_origin.c: from its log (start and end of every
 #      request) never more than 2 at once, and 2 at once most of the time;
 #      without the cap they overlap far more
 # Requests over a limit wait in the engine: every job ends fetched, 1 attempt.
 source "$(dirname "$0")/lib.sh"
-PY=${PYTHON:-python3}
+WF_ORIGIN=${WF_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/wf_origin}
+[ -x "$WF_ORIGIN" ] || fail "test origin not built: $WF_ORIGIN (cmake --build build)"
 ORIGIN_LOG=$WORK/origin.log
-"$PY" "$(dirname "$0")/wf_origin.py" "$ORIGIN_LOG" > "$WORK/origin.port" &
+"$WF_ORIGIN" "$ORIGIN_LOG" > "$WORK/origin.port" &
 ORIGIN_PID=$!
 TAIL_PID=
 trap '[ -n "$TAIL_PID" ] && kill $TAIL_PID 2>/dev/null; kill $ORIGIN_PID 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT

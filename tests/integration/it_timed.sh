@@ -2,7 +2,7 @@
 # Timed rotation (provider rotation "timed", rotate_every_s; DESIGN.md section
 # 5): the provider changes a session's exit every N s, so no connection
 # (tunnel) of an earlier interval may carry a later request.  Measured on the
-# test origin (tests/integration/wf_origin.py logs each request's peer port: a
+# test origin (tests/fixtures/wf_origin.c logs each request's peer port: a
 # new SOCKS tunnel through dante is a new port) and on dante's own log:
 #   - sticky control: 28 requests, one at a time, over ~7 s: one or two tunnels
 #   - timed, rotate_every_s=3, same load: no tunnel carries requests of two
@@ -11,9 +11,10 @@
 #   - every timed result says when its exit rotates (session.rotates_at), and
 #     dante's log shows as many tunnels to the origin as the origin saw
 source "$(dirname "$0")/lib.sh"
-PY=${PYTHON:-python3}
+WF_ORIGIN=${WF_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/wf_origin}
+[ -x "$WF_ORIGIN" ] || fail "test origin not built: $WF_ORIGIN (cmake --build build)"
 ORIGIN_LOG=$WORK/origin.log
-"$PY" "$(dirname "$0")/wf_origin.py" "$ORIGIN_LOG" > "$WORK/origin.port" &
+"$WF_ORIGIN" "$ORIGIN_LOG" > "$WORK/origin.port" &
 ORIGIN_PID=$!
 trap 'kill $ORIGIN_PID 2>/dev/null || true; wait $ORIGIN_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 50); do [ -s "$WORK/origin.port" ] && break; sleep 0.1; done

@@ -2,7 +2,7 @@
 # Workflow jobs ("steps", DESIGN.md section 5), checked on the wire:
 #   A. nginx: 3-step workflows over /docs/ pages: in nginx's log each
 #      workflow's steps arrive in order, all from one exit (client address)
-#   B. cookies (tests/integration/wf_origin.py, which logs the Cookie header
+#   B. cookies (tests/fixtures/wf_origin.c, which logs the Cookie header
 #      it receives): a cookie set by step 1 reaches steps 2 and 3, and never
 #      another op
 #   C. a safe workflow whose step 2 keeps answering 503 on its session:
@@ -16,9 +16,10 @@
 #      on the same exit and goes on; its POST is sent once
 # and the results carry one record per step.
 source "$(dirname "$0")/lib.sh"
-PY=${PYTHON:-python3}
+WF_ORIGIN=${WF_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/wf_origin}
+[ -x "$WF_ORIGIN" ] || fail "test origin not built: $WF_ORIGIN (cmake --build build)"
 ORIGIN_LOG=$WORK/origin.log
-"$PY" "$(dirname "$0")/wf_origin.py" "$ORIGIN_LOG" > "$WORK/origin.port" &
+"$WF_ORIGIN" "$ORIGIN_LOG" > "$WORK/origin.port" &
 ORIGIN_PID=$!
 trap 'kill $ORIGIN_PID 2>/dev/null || true; wait $ORIGIN_PID 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 50); do [ -s "$WORK/origin.port" ] && break; sleep 0.1; done
