@@ -42,18 +42,13 @@ failed=0
 ok()     { passed=$((passed + 1)); echo "ok   $1"; }
 not_ok() { failed=$((failed + 1)); echo "FAIL $1"; shift; for l in "$@"; do echo "     $l"; done; }
 
-# YAML stream -> JSON array of the non-empty documents: yq (the jq wrapper) when
-# present, else Python's yaml module.
+# YAML stream -> JSON array of the non-empty documents: Debian's yq (the jq
+# wrapper; scripts/deps.sh installs it).
 yaml2json() {
-  if command -v yq >/dev/null 2>&1; then
-    yq -s -c 'map(select(. != null))'
-  else
-    python3 -c 'import json, sys, yaml
-json.dump([d for d in yaml.safe_load_all(sys.stdin) if d is not None], sys.stdout)'
-  fi
+  yq -s -c 'map(select(. != null))'
 }
 if ! echo 'a: 1' | yaml2json >/dev/null 2>&1; then
-  echo "FAIL no YAML reader: install yq (Debian package yq) or python3-yaml"
+  echo "FAIL no YAML reader: install yq (Debian package yq; scripts/deps.sh does)"
   echo "0 passed, 1 failed"
   exit 1
 fi
