@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that the build, the tests and the local stack need.
+# Installs every Debian package that the build, the tests and the local stack need
+# (clang, libclang-rt-14-dev, llvm: the ASan/UBSan build and the libFuzzer targets;
+# valgrind: the unit tests under memcheck; see scripts/test.sh).
 # Idempotent: quiet when everything is already installed.  Also fetches the Apache
 # Kafka broker jars (see scripts/kafka-jars.sh) unless DEDUPD_SKIP_KAFKA_JARS=1.
 set -euo pipefail
@@ -14,6 +16,7 @@ PKGS=(
   kcat jq yq curl procps iproute2 psmisc
   maven openjdk-17-jre-headless
   prometheus
+  clang libclang-rt-14-dev llvm valgrind
 )
 
 missing=()
