@@ -82,6 +82,8 @@ static struct {
     int n_log;
     int logins, flaky;
     int active, max_active;
+    int conns;          /* connection threads alive */
+    pthread_t acceptor;
 } srv;
 
 static void *conn_main(void *arg)
@@ -143,6 +145,9 @@ static void *conn_main(void *arg)
     }
 out:
     close(c);
+    pthread_mutex_lock(&srv.lock);
+    srv.conns--;
+    pthread_mutex_unlock(&srv.lock);
     return NULL;
 }
 
@@ -153,9 +158,30 @@ static void *accept_main(void *arg)
         int c = accept(srv.fd, NULL, NULL);
         if (c < 0)
             return NULL;
+        pthread_mutex_lock(&srv.lock);
+        srv.conns++;
+        pthread_mutex_unlock(&srv.lock);
         pthread_t t;
         pthread_create(&t, NULL, conn_main, (void *)(intptr_t)c);
         pthread_detach(t);
+    }
+}
+
+/* At exit: stop accepting, join the acceptor, let the connection threads
+ * (their peers are gone once the engine is destroyed) finish, so that
+ * valgrind finds no thread stack in flight. */
+static void srv_stop(void)
+{
+    shutdown(srv.fd, SHUT_RDWR);
+    pthread_join(srv.acceptor, NULL);
+    close(srv.fd);
+    for (int i = 0; i < 200; i++) {
+        pthread_mutex_lock(&srv.lock);
+        int n = srv.conns;
+        pthread_mutex_unlock(&srv.lock);
+        if (!n)
+            break;
+        usleep(10000);
     }
 }
 
@@ -177,9 +203,8 @@ static void srv_start(void)
     socklen_t al = sizeof(a);
     getsockname(srv.fd, (struct sockaddr *)&a, &al);
     srv.port = ntohs(a.sin_port);
-    pthread_t t;
-    pthread_create(&t, NULL, accept_main, NULL);
-    pthread_detach(t);
+    pthread_create(&srv.acceptor, NULL, accept_main, NULL);
+    atexit(srv_stop);
 }
 
 static int64_t ms_now(void)
