@@ -106,8 +106,15 @@ fi
 asan_pid=
 if want asan; then
   echo "==> asan: build (build-asan, ASan + UBSan), in the background"
-  ( cmake -S . -B build-asan -DCMAKE_C_COMPILER="${DEDUPD_ASAN_CC:-clang}" \
-      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEDUPD_SANITIZE=ON \
+  # A tree configured before with another compiler: cmake deletes its cache
+  # and drops the -D options of that run, so configure again and check.
+  asan_configure() {
+    cmake -S . -B build-asan -DCMAKE_C_COMPILER="${DEDUPD_ASAN_CC:-clang}" \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDEDUPD_SANITIZE=ON
+  }
+  ( asan_configure \
+      && { grep -q '^DEDUPD_SANITIZE:BOOL=ON$' build-asan/CMakeCache.txt || asan_configure; } \
+      && grep -q '^DEDUPD_SANITIZE:BOOL=ON$' build-asan/CMakeCache.txt \
       && nice -n 19 cmake --build build-asan -j"$(nproc)" ) >"$logs/asan-build.log" 2>&1 &
   asan_pid=$!
   bg_pids+=("$asan_pid")
