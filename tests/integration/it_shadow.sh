@@ -29,10 +29,15 @@ expect_eq "$(topic_dump "$T.results" | wc -l)" 0 "messages on the live results t
 stats=$(run_until_idle)
 echo "live stats: $stats"
 expect_eq "$(jq .new <<<"$stats")" 15 "live new ops"
-# the 5 keyed jobs name 5 of the same pages: single-flight serves those that
-# were in flight together from one transfer (how many depends on poll timing)
+# the 5 keyed jobs name 5 of the same pages: single-flight serves those in
+# flight together from one transfer, and conditional refetch sends the others'
+# requests with validators (nginx answers 304); how many of each depends on
+# poll timing
 sf=$(jq .single_flight <<<"$stats")
-expect_eq "$(( $(log_since "$mark" | awk '$(NF-1) == 200' | wc -l) + sf ))" 15 "origin 200s + single-flight waiters after the live run"
+nm=$(jq .not_modified <<<"$stats")
+expect_eq "$(log_since "$mark" | awk '$(NF-1) == 200' | wc -l)" 10 "origin 200s after the live run (10 pages)"
+expect_eq "$(( $(log_since "$mark" | awk '$(NF-1) == 304' | wc -l) + sf ))" 5 "origin 304s + single-flight waiters (the 5 keyed jobs)"
+expect_eq "$nm" "$(log_since "$mark" | awk '$(NF-1) == 304' | wc -l)" "not_modified results = origin 304s"
 # And a second shadow run decides everything from its own store.
 submit "$WORK/jobs.ndjson" > /dev/null
 stats=$(run_until_idle --shadow)
