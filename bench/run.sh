@@ -361,7 +361,7 @@ s4() {
     in=$(jq -nc --argjson l "$line" \
       '{keys: $l.keys, key_bytes: 32, batch: 1000, store_rss_mib_hwm: $l.rss, rocksdb_rss_mib: $l.raw_rss,
         index_mib_bytes_per_op: $l.index}')
-    row "${ids[$k]}" "store: new claims at $kl keys (durable, sync per batch)" \
+    row "${ids[$k]}" "store: new claims at $kl keys (WAL write per batch; fsync by the completions' group commit)" \
       "$(jq .new <<<"$line")" "$(jq .raw_new <<<"$line")" up null \
       "$(jq -r .new <<<"$line") claims/s, RSS $(jq -r .rss <<<"$line") MiB" \
       "$(jq -r .raw_new <<<"$line") RocksDB MultiGet+Put/s, RSS $(jq -r .raw_rss <<<"$line") MiB" "$in" \
