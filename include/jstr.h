@@ -30,6 +30,14 @@
 dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR;
 
 /**
+ * @brief Length of the well-formed UTF-8 sequence at \p p[0..n), n >= 1
+ *        (RFC 3629 section 4: no overlong form, no surrogate, nothing above
+ *        U+10FFFF): 1 for an ASCII byte (NUL included), 2..4 otherwise, 0
+ *        when p[0] starts none (a stray continuation byte, a cut sequence).
+ */
+size_t jstr_utf8_seq(const void *p, size_t n);
+
+/**
  * @brief Is \p p[0..n) UTF-8 without NUL (the rule of jstr_quote)?
  */
 int jstr_utf8_valid(const void *p, size_t n);

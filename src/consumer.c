@@ -976,6 +976,33 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
     return true;
 }
 
+/* Act on one answer of store_complete_batch for \p o: produce its result
+ * (\p value, borrowed), or drop it when fenced (another worker took the op
+ * over: its result will stand), or leave the op running under our lease when
+ * the write failed (its messages stay uncommitted; a restart resumes it). */
+static void completed(struct pipeline *pl, struct opctx *o,
+                      const struct store_complete_req *req, const char *value,
+                      size_t value_len)
+{
+    struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+    if (req->err == DD_ERR_STATE) {
+        log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
+                    req->errstr);
+        op_finish(pl, o);
+    } else if (req->err) {
+        log_ctx_msg(LOG_ERR, "store", &lc, "%s", req->errstr);
+    } else {
+        o->seq = req->seq;
+        o->stored = true;
+        struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
+                                      o->job->event_key, o->generation, value,
+                                      value_len);
+        m->op = o;
+        m->seq = req->seq;
+        out_send(pl, m);
+    }
+}
+
 /* Shadow mode: complete the ops claimed in this loop iteration with their
  * `shadow` results in one store batch (group commit), then produce them. */
 static void shadow_flush(struct pipeline *pl)
@@ -1008,25 +1035,7 @@ static void shadow_flush(struct pipeline *pl)
     if (store_complete_batch(pl->store, req, n, now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", n, e);
     for (size_t i = 0; i < n; i++) {
-        struct opctx *o = pl->shadow_pending[i];
-        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
-        if (req[i].err == DD_ERR_STATE) {
-            log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
-                        req[i].errstr);
-            op_finish(pl, o);
-        } else if (req[i].err) {
-            /* stays running under our lease: a restart resumes it */
-            log_ctx_msg(LOG_ERR, "store", &lc, "%s", req[i].errstr);
-        } else {
-            o->seq = req[i].seq;
-            o->stored = true;
-            struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
-                                          o->job->event_key, o->generation,
-                                          v[i], vlen[i]);
-            m->op = o;
-            m->seq = req[i].seq;
-            out_send(pl, m);
-        }
+        completed(pl, pl->shadow_pending[i], &req[i], v[i], vlen[i]);
         free(v[i]);
     }
     free(req);
@@ -1270,27 +1279,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     if (store_complete_batch(pl->store, req, total, now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu ops: %s", total, e);
     for (size_t i = 0; i < total; i++) {
-        struct opctx *o = f[i].o;
-        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
-        if (req[i].err == DD_ERR_STATE) {
-            /* Fenced: another worker took the op over; its result will stand. */
-            log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
-                        req[i].errstr);
-            op_finish(pl, o);
-        } else if (req[i].err) {
-            /* The op stays running under our lease; its messages stay
-             * uncommitted and a restart resumes it. */
-            log_ctx_msg(LOG_ERR, "store", &lc, "%s", req[i].errstr);
-        } else {
-            o->seq = req[i].seq;
-            o->stored = true;
-            struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
-                                          o->job->event_key, o->generation,
-                                          f[i].value, f[i].value_len);
-            m->op = o;
-            m->seq = req[i].seq;
-            out_send(pl, m);
-        }
+        completed(pl, f[i].o, &req[i], f[i].value, f[i].value_len);
         free(f[i].value);
         free(f[i].attempts);
     }

@@ -32,6 +32,7 @@
  *   a plain job has "steps": null.  Every key is always present.
  */
 #include "job.h"
+#include "jstr.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -72,38 +73,6 @@ static const char *const step_fields[] = {
 /* ---- reasons: valid UTF-8, no control characters ----------------------- */
 
 /*
- * Length of the well-formed UTF-8 sequence (RFC 3629: no overlong form, no
- * surrogate, nothing above U+10FFFF) at s[0..n), n >= 1; 0 when s[0] starts
- * none (a stray continuation byte, a sequence cut short...).
- */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-    size_t k;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        k = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        k = 2;
-        lo = c == 0xe0 ? 0xa0 : 0x80;
-        hi = c == 0xed ? 0x9f : 0xbf;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        k = 3;
-        lo = c == 0xf0 ? 0x90 : 0x80;
-        hi = c == 0xf4 ? 0x8f : 0xbf;
-    } else {
-        return 0;
-    }
-    if (n <= k || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t j = 2; j <= k; j++)
-        if (s[j] < 0x80 || s[j] > 0xbf)
-            return 0;
-    return k + 1;
-}
-
-/*
  * Copy \p len bytes of \p src into \p dst (\p cap bytes with the NUL) as text
  * that can travel anywhere a reason goes (the JSON error body of the API, a
  * Kafka header, a log line): well-formed UTF-8 sequences as they are, a C0
@@ -119,7 +88,7 @@ static void text_clean(char *dst, size_t cap, const char *src, size_t len)
     if (!dst || cap == 0)
         return;
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq(s + i, len - i);
+        size_t k = jstr_utf8_seq(s + i, len - i);
         if (k == 1 && (s[i] < 0x20 || s[i] == 0x7f)) {
             if (o + 1 >= cap)
                 break;

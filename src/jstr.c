@@ -133,6 +133,12 @@ static size_t quoted_size(const unsigned char *p, size_t n)
     return q;
 }
 
+size_t jstr_utf8_seq(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    return s[0] < 0x80 ? 1 : utf8_len(s, 0, n);
+}
+
 int jstr_utf8_valid(const void *p, size_t n)
 {
     return quoted_size(p, n) != 0;

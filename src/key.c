@@ -43,6 +43,7 @@
  * point (found by fuzz_url, tests/fuzz/regressions/url/).
  */
 #include "key.h"
+#include "jstr.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -321,41 +322,6 @@ static dd_err_t nomem(char *errstr, size_t errstr_size)
     return DD_ERR_NOMEM;
 }
 
-/* true when s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no
- * surrogates, nothing above U+10FFFF). */
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t k;
-        unsigned char lo = 0x80, hi = 0xbf;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if (c >= 0xc2 && c <= 0xdf) {
-            k = 1;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            k = 2;
-            lo = c == 0xe0 ? 0xa0 : 0x80;
-            hi = c == 0xed ? 0x9f : 0xbf;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            k = 3;
-            lo = c == 0xf0 ? 0x90 : 0x80;
-            hi = c == 0xf4 ? 0x8f : 0xbf;
-        } else {
-            return false;
-        }
-        if (n - i <= k || s[i + 1] < lo || s[i + 1] > hi)
-            return false;
-        for (size_t j = 2; j <= k; j++)
-            if (s[i + j] < 0x80 || s[i + j] > 0xbf)
-                return false;
-        i += k + 1;
-    }
-    return true;
-}
-
 /*
  * What the authority text (after "scheme://", up to the first '/', '?' or
  * '#': curl's host never extends past it) holds that curl transforms before
@@ -379,7 +345,7 @@ static dd_err_t scan_authority(const char *url, bool *transformed,
         else if ((unsigned char)a[i] >= 0x80)
             *transformed = *non_ascii = true;
     }
-    if (*non_ascii && !utf8_valid((const unsigned char *)a, n)) {
+    if (*non_ascii && !jstr_utf8_valid(a, n)) {
         dd_errstr_set(errstr, errstr_size, "host is not valid UTF-8");
         return DD_ERR_PERMANENT;
     }
