@@ -35,6 +35,10 @@
 #   DEDUPD_CACHE=~/.cache/dedupd         where scripts/kafka-jars.sh put the jars
 #   KAFKA_LIBS=$DEDUPD_CACHE/kafka-3.9.1/libs
 #   KAFKA_PORT=19092 KAFKA_CONTROLLER_PORT=19093 KAFKA_HEAP=512m
+#   KAFKA_KEEP_DATA=0                    1: a broker started again keeps its data.  By
+#                 default `up` starting the broker (not running) begins from empty
+#                 data: after a kill -9 a broker holding the thousands of partitions
+#                 a few test runs leave spends minutes in log recovery.
 #   TOPIC_PARTITIONS=4
 #   ORIGIN_PORT=18080 THROTTLE_RATE=20 (requests/s) THROTTLE_BURST=10
 #   PROXY_PORT=18888 PROXY_EXIT_ADDRS="127.0.0.2 127.0.0.3"
@@ -278,6 +282,12 @@ kafka_start() {
     die "port $KAFKA_HOST:$KAFKA_PORT is in use by another process (set KAFKA_PORT)"
   port_busy "$KAFKA_HOST" "$KAFKA_CONTROLLER_PORT" &&
     die "port $KAFKA_HOST:$KAFKA_CONTROLLER_PORT is in use by another process (set KAFKA_CONTROLLER_PORT)"
+  if [ "${KAFKA_KEEP_DATA:-0}" != 1 ] && [ -d "$KDIR/data" ] &&
+     [ -n "$(ls -A "$KDIR/data" 2>/dev/null)" ]; then
+    log "kafka: starting from empty data (was $(du -sh "$KDIR/data" 2>/dev/null | cut -f1); KAFKA_KEEP_DATA=1 keeps it)"
+    rm -rf "$KDIR/data"
+    mkdir -p "$KDIR/data"
+  fi
   if [ ! -f "$KDIR/data/meta.properties" ]; then
     [ -s "$KDIR/cluster.id" ] || java_tool kafka.tools.StorageTool random-uuid >"$KDIR/cluster.id"
     java_tool kafka.tools.StorageTool format -t "$(cat "$KDIR/cluster.id")" \
