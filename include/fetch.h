@@ -116,6 +116,12 @@ struct fetch_req {
     size_t n_steps;
     bool replayable;                  /**< a workflow may restart from its
                                            first step although not safe */
+    int64_t not_before_ms;            /**< absolute, ms since epoch: the first
+                                           attempt starts no earlier, and is
+                                           reported to the retry hook as
+                                           FETCH_RETRY_START (a reclaimed
+                                           retryable op resuming its wait);
+                                           0 = at once, not reported */
 };
 
 /** One attempt of a fetch (redirect hops of one attempt share its record). */
@@ -201,6 +207,40 @@ void fetch_destroy(struct fetch *f);
  * @locality any thread.
  */
 dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req) DD_WUR;
+
+/** What a fetch_retry_cb reports. */
+enum fetch_retry_event {
+    FETCH_RETRY_WAIT = 1,  /**< an attempt failed and the op waits for its
+                                next one, not before not_before_ms: the
+                                backoff, or later when every session that
+                                could serve it cools down (Retry-After) or
+                                the session it is bound to mid-way does */
+    FETCH_RETRY_START = 2, /**< the op starts the attempt it waited for
+                                (not_before_ms = now) */
+};
+
+/**
+ * Retry hook: called on the engine thread, in order, once per failed attempt
+ * that the op will retry (WAIT) and when that retry starts (START).  An op
+ * that fails for good, or whose deadline passes while it waits, gets no START:
+ * its result follows.  Must return quickly and must not call the engine.
+ * @param hook_opaque  As given to fetch_set_retry_hook().
+ * @param req_opaque   The request's fetch_req.opaque.
+ * @param attempts     Attempts recorded so far; the failed one (WAIT) is the
+ *                     last, number \p attempts of this request.
+ * @param failed       WAIT: the failed attempt's record (borrowed for the
+ *                     call); START: NULL.
+ */
+typedef void(fetch_retry_cb)(void *hook_opaque, void *req_opaque,
+                             enum fetch_retry_event ev, int64_t not_before_ms,
+                             uint32_t attempts,
+                             const struct fetch_attempt *failed);
+
+/**
+ * @brief Install the retry hook (NULL: none).  Call before the first
+ *        fetch_submit(); not thread-safe against running requests.
+ */
+void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque);
 
 /**
  * @brief Take one finished request, waiting at most \p timeout_ms (0 = no wait).

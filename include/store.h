@@ -106,7 +106,10 @@ enum store_claim_result {
     STORE_CLAIM_NEW = 1,        /**< absent (or expired): now running, gen 1 */
     STORE_CLAIM_DUPLICATE = 2,  /**< same request_hash; see op.state */
     STORE_CLAIM_CONFLICT = 3,   /**< same op_id, another request_hash */
-    STORE_CLAIM_RECLAIMED = 4,  /**< lease void or expired: running, gen + 1 */
+    STORE_CLAIM_RECLAIMED = 4,  /**< lease void or expired: running (a
+                                     retryable op stays retryable: its new
+                                     holder waits for not_before_ms, then
+                                     store_op_resume), gen + 1 */
 };
 
 /** A decoded op record (plain copy; owns nothing). */
@@ -124,7 +127,12 @@ struct store_op {
     char event_key[STORE_HASH_LEN + 1];
     char lease_owner[STORE_OWNER_MAX + 1];
     char source[STORE_SOURCE_MAX + 1];         /**< first source */
-    char category[STORE_CATEGORY_MAX + 1];     /**< failure category or "" */
+    char category[STORE_CATEGORY_MAX + 1];     /**< failure category or "":
+                                                    final when failed, the
+                                                    last attempt's when
+                                                    retryable */
+    int64_t not_before_ms;  /**< retryable: its next attempt starts no
+                                 earlier (ms since epoch); else 0 */
 };
 
 /**
@@ -176,20 +184,64 @@ dd_err_t store_op_get(struct store *store, const char *op_id, int64_t now_ms,
                       size_t errstr_size) DD_WUR;
 
 /**
- * @brief Extend the lease of a running op held by this run at \p generation
+ * @brief Extend the lease of a running or retryable op held by this run at
+ *        \p generation
  *        (to now + lease; expires_at is raised to the lease end if below it).
- * @returns DD_OK; DD_ERR_STATE (not running, other owner or stale generation);
- *          DD_ERR_IO; DD_ERR_FATAL (stored record of an unknown layout).
+ * @returns DD_OK; DD_ERR_STATE (not running nor retryable, other owner or
+ *          stale generation); DD_ERR_IO; DD_ERR_FATAL (stored record of an
+ *          unknown layout).
  */
 dd_err_t store_lease_renew(struct store *store, const char *op_id,
                            uint64_t generation, int64_t now_ms, char *errstr,
                            size_t errstr_size) DD_WUR;
 
+struct store_attempt;
+
+/**
+ * @brief running -> retryable (DESIGN.md section 4): the op's attempt failed
+ *        and its holder will try again at \p not_before_ms (backoff, or a
+ *        Retry-After of RFC 9110 section 10.2.3).  The retry stays with the
+ *        holder (in its fetch timers); the record tells `dedupd inspect` why
+ *        the op waits and, should the holder die, makes the op's next holder
+ *        (a claim that reclaims it gets it still retryable, with
+ *        not_before_ms) wait out the same delay instead of hitting the target
+ *        again at once.
+ *
+ * Fencing: running, leased by this run, at \p generation.  The lease is
+ * renewed to now + lease (store_lease_renew keeps renewing a retryable op).
+ * \p attempt, when not NULL, is written in the same WriteBatch.
+ * @param not_before_ms  Absolute, ms since epoch (>= 0).
+ * @param attempts       Attempts made so far, every generation included.
+ * @param category       The failed attempt's category, 1..STORE_CATEGORY_MAX.
+ * @param attempt        The failed attempt's record, or NULL.
+ * @returns DD_OK; DD_ERR_STATE (not running, another holder or a stale
+ *          generation: errstr says which); DD_ERR_INVAL (empty or long
+ *          category, negative not_before, a bad attempt record); DD_ERR_IO;
+ *          DD_ERR_FATAL (stored record of an unknown layout).
+ */
+dd_err_t store_op_retry(struct store *store, const char *op_id,
+                        uint64_t generation, int64_t not_before_ms,
+                        uint32_t attempts, const char *category,
+                        const struct store_attempt *attempt, int64_t now_ms,
+                        char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief retryable -> running: the holder starts the next attempt
+ *        (not_before_ms is cleared).
+ * @returns DD_OK; DD_ERR_STATE (not retryable, another holder, a stale
+ *          generation, or \p now_ms before the op's not_before: an attempt
+ *          may not start early); DD_ERR_IO; DD_ERR_FATAL.
+ */
+dd_err_t store_op_resume(struct store *store, const char *op_id,
+                         uint64_t generation, int64_t now_ms, char *errstr,
+                         size_t errstr_size) DD_WUR;
+
 /**
  * @brief Finish a running op: op state (COMPLETE or FAILED, with \p category),
  *        attempts and a new outbox entry holding \p value, in one WriteBatch.
  *
- * Fencing: fails with DD_ERR_STATE unless the op is running, leased by this run,
+ * Fencing: fails with DD_ERR_STATE unless the op is running or retryable (a
+ * retry wait that ran out of deadline fails from there), leased by this run,
  * at \p generation.  expires_at = now + TTL of the final state.  Writes no
  * validator nor body: store_complete_batch() does (store_complete_req).
  * @param state     STORE_OP_COMPLETE or STORE_OP_FAILED.
@@ -207,7 +259,6 @@ dd_err_t store_complete(struct store *store, const char *op_id,
                         const void *value, size_t value_len, int64_t now_ms,
                         uint64_t *seq, char *errstr, size_t errstr_size) DD_WUR;
 
-struct store_attempt;
 
 /* ---- validators and bodies (conditional refetch, DESIGN.md sections 4, 5) --
  *

@@ -14,7 +14,7 @@
  *   op:      u8 state, u8 outbox_state, u64 generation, i64 lease_expires_at,
  *            i64 created_at, i64 updated_at, u32 attempts, u64 outbox_seq,
  *            str request_hash, str event_key, str lease_owner, str source,
- *            str category;
+ *            str category, then i64 not_before in state retryable only;
  *   attempt: u32 number, u64 generation, i64 started_at, i64 ended_at,
  *            u32 status, u64 bytes, str session, str exit_addr, str category,
  *            str error (written by store_attempts_put());

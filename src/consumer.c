@@ -54,6 +54,7 @@ struct opctx {
     struct pmsg *msgs;    /* the claiming message and its in-flight duplicates */
     uint64_t seq;
     uint32_t base_attempts; /* attempts of earlier generations (from the store) */
+    int64_t not_before_ms;  /* reclaimed retryable op: its stored retry time */
     bool stored;          /* result committed to the store (lease no longer
                              needed) */
     bool failed;          /* result outcome failed */
@@ -603,8 +604,13 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
     const struct job *j = o->job;
     int64_t budget0 = j->deadline_s > 0 ? j->deadline_s * 1000
                                         : pl->cfg->fetch_deadline_ms;
-    if (!o->deadline_ms) /* a waiter sent off on its own keeps its budget */
-        o->deadline_ms = now_ms() + budget0;
+    if (!o->deadline_ms) { /* a waiter sent off on its own keeps its budget */
+        int64_t t0 = now_ms();
+        /* a reclaimed retryable op's budget starts when its wait ends */
+        if (o->not_before_ms > t0)
+            t0 = o->not_before_ms;
+        o->deadline_ms = t0 + budget0;
+    }
     if (pl->sfmap && !o->sf_alone && sf_eligible(j)) {
         struct opctx *lead = pl->sfmap[sf_hash(j->resource_key)];
         while (lead && strcmp(lead->job->resource_key, j->resource_key))
@@ -689,6 +695,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .steps = j->n_steps ? steps : NULL,
         .n_steps = j->n_steps,
         .replayable = j->replayable,
+        .not_before_ms = o->not_before_ms,
     };
     if (fetch_submit(pl->fetch, &req))
         abort(); /* out of memory */
@@ -738,6 +745,14 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
         }
         struct opctx *o = op_add(pl, job, op.generation, pm);
         o->base_attempts = op.attempts;
+        /* a reclaimed retryable op: its first attempt resumes the wait */
+        if (op.state == STORE_OP_RETRYABLE)
+            o->not_before_ms = op.not_before_ms > 0 ? op.not_before_ms : 1;
+        if (op.state == STORE_OP_RETRYABLE && op.not_before_ms > now_ms())
+            log_ctx_msg(LOG_NOTICE, "consumer", &lc,
+                        "op was retryable: its next attempt waits %lld ms "
+                        "(the stored retry time)",
+                        (long long)(op.not_before_ms - now_ms()));
         o->shadow = pl->opts->shadow;
         if (pl->opts->shadow) {
             /* completed with the others of this loop (one batch, one sync) */
@@ -1081,6 +1096,58 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
  * single-flight waiters included. */
 #define FETCHED_BATCH 256
 
+/* The store's record of fetch attempt \p fa (number \p number of the op). */
+static void attempt_record(struct store_attempt *sa,
+                           const struct fetch_attempt *fa, uint32_t number,
+                           uint64_t generation)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->number = number;
+    sa->generation = generation;
+    sa->started_at_ms = fa->started_at_ms;
+    sa->ended_at_ms = fa->ended_at_ms;
+    sa->status = (int32_t)fa->status;
+    sa->bytes = fa->bytes;
+    snprintf(sa->session, sizeof(sa->session), "%s", fa->session);
+    snprintf(sa->exit_addr, sizeof(sa->exit_addr), "%s", fa->exit_addr);
+    snprintf(sa->category, sizeof(sa->category), "%s", fa->category);
+    snprintf(sa->error, sizeof(sa->error), "%s", fa->error);
+}
+
+/*
+ * Retry hook (fetch_retry_cb), on the engine thread: the op's record follows
+ * its retries (DESIGN.md section 4): running -> retryable with the failed
+ * attempt and the not-before time, retryable -> running when the attempt
+ * starts.  The retry itself stays in the engine's timers; the record is what
+ * `dedupd inspect` shows and what a reclaim after a crash waits out.  Reads
+ * only fields of \p req_opaque fixed before fetch_submit; the store is
+ * thread-safe (per-op stripes).  A failure is logged: the completion's
+ * fencing still decides.
+ */
+static void on_fetch_retry(void *arg, void *req_opaque,
+                           enum fetch_retry_event ev, int64_t not_before_ms,
+                           uint32_t attempts, const struct fetch_attempt *fa)
+{
+    struct pipeline *pl = arg;
+    const struct opctx *o = req_opaque;
+    char e[DD_ERRSTR_SIZE];
+    dd_err_t err;
+    if (ev == FETCH_RETRY_WAIT) {
+        struct store_attempt sa;
+        attempt_record(&sa, fa, o->base_attempts + attempts, o->generation);
+        err = store_op_retry(pl->store, o->op_id, o->generation, not_before_ms,
+                             o->base_attempts + attempts, fa->category, &sa,
+                             now_ms(), e, sizeof(e));
+    } else {
+        err = store_op_resume(pl->store, o->op_id, o->generation,
+                              not_before_ms, e, sizeof(e));
+    }
+    if (err) {
+        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+        log_ctx_msg(LOG_WARNING, "store", &lc, "%s", e);
+    }
+}
+
 struct fetched {
     struct fetch_result *r;
     struct opctx *o;
@@ -1125,20 +1192,9 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         f->attempts = calloc(n_log, sizeof(*f->attempts));
         if (!f->attempts)
             abort();
-        for (size_t i = 0; i < n_log; i++) {
-            const struct fetch_attempt *fa = &r->attempt_log[i];
-            struct store_attempt *sa = &f->attempts[i];
-            sa->number = o->base_attempts + (uint32_t)(i + 1);
-            sa->generation = o->generation;
-            sa->started_at_ms = fa->started_at_ms;
-            sa->ended_at_ms = fa->ended_at_ms;
-            sa->status = (int32_t)fa->status;
-            sa->bytes = fa->bytes;
-            snprintf(sa->session, sizeof(sa->session), "%s", fa->session);
-            snprintf(sa->exit_addr, sizeof(sa->exit_addr), "%s", fa->exit_addr);
-            snprintf(sa->category, sizeof(sa->category), "%s", fa->category);
-            snprintf(sa->error, sizeof(sa->error), "%s", fa->error);
-        }
+        for (size_t i = 0; i < n_log; i++)
+            attempt_record(&f->attempts[i], &r->attempt_log[i],
+                           o->base_attempts + (uint32_t)(i + 1), o->generation);
     }
     *req = (struct store_complete_req){
         .op_id = o->op_id,
@@ -1704,6 +1760,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         err = fetch_new(cfg, &pl->fetch, errstr, errstr_size);
         if (err)
             goto out;
+        fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
     }
 
     const char *fixed[] = {

@@ -136,6 +136,8 @@ struct xfer {
     struct fetch *f;
     struct fetch_attempt *alog;   /* attempt records */
     size_t n_alog, cap_alog;
+    size_t noted_alog;            /* attempts reported to the retry hook */
+    bool retry_noted;             /* a FETCH_RETRY_WAIT awaits its START */
 };
 
 struct fetch {
@@ -171,6 +173,8 @@ struct fetch {
     long *blocked;
     size_t n_blocked;
     uint64_t rnd;
+    fetch_retry_cb *retry_cb;     /* set before the first submit */
+    void *retry_opaque;
 
     atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
         st_completed, st_failed, st_restarts, st_host_waits,
@@ -962,8 +966,67 @@ static void host_release(struct xfer *x)
 
 /* ---- queues ---------------------------------------------------------------- */
 
+static bool wf_midway(const struct xfer *x);
+
+/* When \p s can take a request again: its cooldown's end (a timed session's
+ * cooldown ends at its next interval at the latest), or \p now. */
+static int64_t session_free_at(const struct session *s, int64_t now)
+{
+    int64_t t = s->cooldown_until_ms;
+    if (session_timed(s) && t > now) {
+        int64_t start;
+        fetch_timed_interval(s->created_at_ms, s->provider->rotate_every_s, now,
+                             &start);
+        int64_t next = start + s->provider->rotate_every_s * 1000;
+        if (next < t)
+            t = next;
+    }
+    return t > now ? t : now;
+}
+
+/* The earliest time a retry of \p x can start as things stand: its own
+ * not_before, or later when every session that could serve it cools down
+ * (or the one it is bound to mid-way does).  Reads only: the launcher
+ * decides for real. */
+static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
+{
+    int64_t now = now_ms(), t = INT64_MAX;
+    if (x->session >= 0 && wf_midway(x) && !x->need_rotate) {
+        t = session_free_at(&f->sessions[x->session], now);
+    } else {
+        for (size_t i = 0; i < f->n_sessions && t > now; i++) {
+            const struct session *s = &f->sessions[i];
+            if (x->country[0] && s->provider && s->country[0] &&
+                strcmp(s->country, x->country))
+                continue;
+            if (x->country[0] && !s->country[0] && s->provider &&
+                s->provider->countries.n)
+                continue;
+            if (session_suspended(s, now))
+                continue;
+            int64_t a = session_free_at(s, now);
+            if (a < t)
+                t = a;
+        }
+    }
+    if (t == INT64_MAX)
+        t = now;
+    return t > x->not_before_ms ? t : x->not_before_ms;
+}
+
 static void waiting_push(struct fetch *f, struct xfer *x)
 {
+    /* An op back in the queue after a failed attempt waits for a retry:
+     * tell the hook once per failed attempt. */
+    if (f->retry_cb && x->n_alog > x->noted_alog) {
+        const struct fetch_attempt *a = &x->alog[x->n_alog - 1];
+        if (a->ended_at_ms && a->category[0]) {
+            x->noted_alog = x->n_alog;
+            x->retry_noted = true;
+            f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_WAIT,
+                        retry_not_before(f, x), (uint32_t)x->n_alog, a);
+        }
+    }
     x->next = NULL;
     x->state = XF_WAITING;
     *f->waiting_tailp = x;
@@ -1094,6 +1157,11 @@ static void unpin(struct fetch *f, struct xfer *x)
 
 static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
 {
+    if (x->retry_noted) {
+        x->retry_noted = false;
+        f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_START, now,
+                    (uint32_t)x->n_alog, NULL);
+    }
     if (url_target_refused(f, x->url)) {
         finish(f, x, false, 0, "forbidden_target",
                "target address is loopback, link-local or private and not in "
@@ -2217,6 +2285,9 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     if (req->country)
         snprintf(x->country, sizeof(x->country), "%s", req->country);
     x->deadline_ms = req->deadline_ms;
+    x->not_before_ms = req->not_before_ms;
+    /* a resumed wait: its first attempt is the retry it waited for */
+    x->retry_noted = req->not_before_ms != 0 && f->retry_cb;
     x->opaque = req->opaque;
     x->session = -1;
     pthread_mutex_lock(&f->lock);
@@ -2227,6 +2298,12 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     pthread_mutex_unlock(&f->lock);
     curl_multi_wakeup(f->multi);
     return DD_OK;
+}
+
+void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque)
+{
+    f->retry_cb = cb;
+    f->retry_opaque = opaque;
 }
 
 struct fetch_result *fetch_take(struct fetch *f, int timeout_ms)

@@ -730,6 +730,8 @@ static int cmd_inspect(int argc, char **argv)
         json_object_set_new(o, "outbox", json_string(outbox2str(op.outbox_state)));
         json_object_set_new(o, "first_source", json_string(op.source));
         json_object_set_new(o, "category", json_string(op.category));
+        if (op.not_before_ms)
+            json_object_set_new(o, "not_before_ms", json_integer(op.not_before_ms));
         json_t *arr = json_array();
         for (size_t i = 0; i < n_att; i++) {
             json_t *a = json_object();
@@ -771,6 +773,10 @@ static int cmd_inspect(int argc, char **argv)
                op.category, op.request_hash, op.event_key,
                (unsigned long long)op.generation, op.lease_owner, t4, t1, t2, t3,
                outbox2str(op.outbox_state), op.source, op.attempts);
+        if (op.not_before_ms) {
+            time_text(op.not_before_ms, t1, sizeof(t1));
+            printf("not before    %s (next attempt)\n", t1);
+        }
         for (size_t i = 0; i < n_att; i++) {
             time_text(att[i].started_at_ms, t1, sizeof(t1));
             printf("  #%u gen %llu  %s  %lld ms  status %d  %llu bytes  %s via %s%s%s%s%s\n",

@@ -7,7 +7,10 @@
  *              value header(type OP) u8 state, u8 outbox_state, u64 generation,
  *                    i64 lease_expires_at, i64 created_at, i64 updated_at,
  *                    u32 attempts, u64 outbox_seq, then the strings
- *                    request_hash, event_key, lease_owner, source, category
+ *                    request_hash, event_key, lease_owner, source, category,
+ *                    then, in state retryable only, i64 not_before (the
+ *                    next attempt's earliest start; added without a layout
+ *                    bump: no earlier dedupd wrote state retryable)
  *   attempts   key op_id "\n" u32 number, big-endian (iteration order = number
  *              order; the key length tells op "a" from op "a\n...")
  *              value header(type ATTEMPT, expires_at = written + ops TTL)
@@ -85,7 +88,7 @@
 /* an op record: header + fixed fields + 5 strings with u16 lengths */
 #define STORE_OP_VALUE_MAX                                                    \
     (STORE_HDR_LEN + 1 + 1 + 8 + 8 + 8 + 8 + 4 + 8 + 5 * 2 + STORE_HASH_LEN * 2 \
-     + STORE_OWNER_MAX + STORE_SOURCE_MAX + STORE_CATEGORY_MAX)
+     + STORE_OWNER_MAX + STORE_SOURCE_MAX + STORE_CATEGORY_MAX + 8)
 
 /* an attempt record: header + fixed fields + 4 strings with u16 lengths */
 #define STORE_ATTEMPT_VALUE_MAX                                               \
@@ -497,6 +500,8 @@ static size_t op_encode(const struct store_op *op, unsigned char *buf,
     enc_str(&e, op->lease_owner, strlen(op->lease_owner));
     enc_str(&e, op->source, strlen(op->source));
     enc_str(&e, op->category, strlen(op->category));
+    if (op->state == STORE_OP_RETRYABLE)
+        enc_u64(&e, (uint64_t)op->not_before_ms);
     /* every field is bounded by its STORE_*_MAX: cannot overflow */
     assert(!e.overflow);
     return e.len;
@@ -525,7 +530,11 @@ static dd_err_t op_decode(const char *val, size_t len, const char *op_id,
     dec_str(&d, op->lease_owner, STORE_OWNER_MAX);
     dec_str(&d, op->source, STORE_SOURCE_MAX);
     dec_str(&d, op->category, STORE_CATEGORY_MAX);
-    if (d.bad || d.off != d.len || state < STORE_OP_RUNNING
+    op->not_before_ms = 0;
+    if (state == STORE_OP_RETRYABLE)
+        op->not_before_ms = (int64_t)dec_u64(&d);
+    if (d.bad || d.off != d.len || op->not_before_ms < 0
+        || state < STORE_OP_RUNNING
         || state > STORE_OP_FAILED || ostate > STORE_OUTBOX_SENT) {
         dd_errstr_set(errstr, errstr_size,
                       "store: ops record '%.*s' is corrupt (%zu bytes, "
@@ -1772,8 +1781,11 @@ static enum store_claim_result claim_apply(struct store *s,
         || strncmp(cur->lease_owner, s->owner_prefix,
                    strlen(s->owner_prefix))
                == 0) {
-        /* expired lease, or a lease of a previous run of this instance */
-        cur->state = STORE_OP_RUNNING;
+        /* expired lease, or a lease of a previous run of this instance; a
+         * retryable op stays retryable with its not_before: the new holder
+         * waits it out, then resumes it (store_op_resume) */
+        if (cur->state != STORE_OP_RETRYABLE)
+            cur->state = STORE_OP_RUNNING;
         cur->generation++;
         snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
         cur->lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
@@ -1866,10 +1878,14 @@ dd_err_t store_op_get(struct store *s, const char *op_id, int64_t now_ms,
     return op_read(s, op_id, now_ms, false, op, found, errstr, errstr_size);
 }
 
-/* Fencing: running, leased by this run, at generation.  Caller holds lock. */
+#define ST_BIT(st) (1u << (st))
+#define ST_LIVE (ST_BIT(STORE_OP_RUNNING) | ST_BIT(STORE_OP_RETRYABLE))
+
+/* Fencing: in one of the states of \p states (ST_BIT mask), leased by this
+ * run, at generation.  Caller holds the op's stripe. */
 static dd_err_t fence(struct store *s, const char *fn, const char *op_id,
-                      uint64_t generation, int64_t now_ms, struct store_op *op,
-                      char *errstr, size_t errstr_size)
+                      unsigned states, uint64_t generation, int64_t now_ms,
+                      struct store_op *op, char *errstr, size_t errstr_size)
 {
     bool found = false;
     dd_err_t err = op_read(s, op_id, now_ms, false, op, &found, errstr,
@@ -1882,9 +1898,12 @@ static dd_err_t fence(struct store *s, const char *fn, const char *op_id,
                       op_id);
         return DD_ERR_STATE;
     }
-    if (op->state != STORE_OP_RUNNING) {
-        dd_errstr_set(errstr, errstr_size, "%s(%.64s): op is %s, not running",
-                      fn, op_id, store_op_state2str(op->state));
+    if (!(states & ST_BIT(op->state))) {
+        dd_errstr_set(errstr, errstr_size, "%s(%.64s): op is %s, not %s", fn,
+                      op_id, store_op_state2str(op->state),
+                      states == ST_BIT(STORE_OP_RUNNING)     ? "running"
+                      : states == ST_BIT(STORE_OP_RETRYABLE) ? "retryable"
+                                                             : "running or retryable");
         return DD_ERR_STATE;
     }
     if (strcmp(op->lease_owner, s->owner) != 0) {
@@ -1915,8 +1934,8 @@ dd_err_t store_lease_renew(struct store *s, const char *op_id,
     pthread_mutex_t *mu = stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
     struct store_op op;
-    err = fence(s, "store_lease_renew", op_id, generation, now_ms, &op, errstr,
-                errstr_size);
+    err = fence(s, "store_lease_renew", op_id, ST_LIVE, generation, now_ms, &op,
+                errstr, errstr_size);
     if (err)
         goto out;
     op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
@@ -1939,6 +1958,118 @@ static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
                            const char *op_id,
                            const struct store_attempt *attempts, size_t n,
                            int64_t now_ms);
+
+/* Write \p op (and the staged attempts in \p wb) and update the index.
+ * Caller holds the op's stripe. */
+static dd_err_t op_write_batch(struct store *s, rocksdb_writebatch_t *wb,
+                               const char *fn, const char *op_id,
+                               const struct idx_key *k, struct store_op *op,
+                               int64_t now_ms, char *errstr,
+                               size_t errstr_size)
+{
+    unsigned char vbuf[STORE_OP_VALUE_MAX];
+    size_t vlen = op_encode(op, vbuf, sizeof(vbuf));
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, strlen(op_id),
+                              (const char *)vbuf, vlen);
+    char *rerr = NULL;
+    rocksdb_write(s->db, s->wopts, wb, &rerr);
+    if (rerr) {
+        idx_write_failed(s);
+        return rdb_fail(rerr, fn, op_id, errstr, errstr_size);
+    }
+    idx_put_op(s, k, op, now_ms, IDX_UPSERT);
+    return DD_OK;
+}
+
+dd_err_t store_op_retry(struct store *s, const char *op_id,
+                        uint64_t generation, int64_t not_before_ms,
+                        uint32_t attempts, const char *category,
+                        const struct store_attempt *attempt, int64_t now_ms,
+                        char *errstr, size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_op_retry", op_id, errstr, errstr_size);
+    if (err)
+        return err;
+    size_t clen = category ? strlen(category) : 0;
+    if (clen == 0 || clen > STORE_CATEGORY_MAX || not_before_ms < 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_op_retry(%.64s): category of %zu bytes (must be "
+                      "1..%d) or negative not_before %lld",
+                      op_id, clen, STORE_CATEGORY_MAX,
+                      (long long)not_before_ms);
+        return DD_ERR_INVAL;
+    }
+    if (attempt) {
+        err = attempts_check("store_op_retry", op_id, attempt, 1, errstr,
+                             errstr_size);
+        if (err)
+            return err;
+    }
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    pthread_mutex_lock(mu);
+    struct store_op op;
+    err = fence(s, "store_op_retry", op_id, ST_BIT(STORE_OP_RUNNING),
+                generation, now_ms, &op, errstr, errstr_size);
+    if (err)
+        goto out;
+    op.state = STORE_OP_RETRYABLE;
+    op.not_before_ms = not_before_ms;
+    op.attempts = attempts;
+    memcpy(op.category, category, clen + 1);
+    op.updated_at_ms = now_ms;
+    op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
+    if (op.expires_at_ms < op.lease_expires_at_ms)
+        op.expires_at_ms = op.lease_expires_at_ms;
+    if (attempt)
+        attempts_stage(s, wb, op_id, attempt, 1, now_ms);
+    err = op_write_batch(s, wb, "rocksdb_write(ops retryable)", op_id, &k, &op,
+                         now_ms, errstr, errstr_size);
+out:
+    pthread_mutex_unlock(mu);
+    rocksdb_writebatch_destroy(wb);
+    return err;
+}
+
+dd_err_t store_op_resume(struct store *s, const char *op_id,
+                         uint64_t generation, int64_t now_ms, char *errstr,
+                         size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_op_resume", op_id, errstr, errstr_size);
+    if (err)
+        return err;
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    pthread_mutex_lock(mu);
+    struct store_op op;
+    err = fence(s, "store_op_resume", op_id, ST_BIT(STORE_OP_RETRYABLE),
+                generation, now_ms, &op, errstr, errstr_size);
+    if (err)
+        goto out;
+    if (now_ms < op.not_before_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_op_resume(%.64s): retryable not before %lld, "
+                      "%lld ms from now",
+                      op_id, (long long)op.not_before_ms,
+                      (long long)(op.not_before_ms - now_ms));
+        err = DD_ERR_STATE;
+        goto out;
+    }
+    op.state = STORE_OP_RUNNING;
+    op.not_before_ms = 0;
+    op.updated_at_ms = now_ms;
+    op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
+    if (op.expires_at_ms < op.lease_expires_at_ms)
+        op.expires_at_ms = op.lease_expires_at_ms;
+    err = op_write_batch(s, wb, "rocksdb_write(ops resume)", op_id, &k, &op,
+                         now_ms, errstr, errstr_size);
+out:
+    pthread_mutex_unlock(mu);
+    rocksdb_writebatch_destroy(wb);
+    return err;
+}
 
 /* Arguments of a completion that do not depend on the stored record. */
 static dd_err_t complete_check(const char *fn, const char *op_id,
@@ -1982,7 +2113,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
                                uint64_t *seq, char *errstr,
                                size_t errstr_size)
 {
-    dd_err_t err = fence(s, fn, op_id, generation, now_ms, op, errstr,
+    dd_err_t err = fence(s, fn, op_id, ST_LIVE, generation, now_ms, op, errstr,
                          errstr_size);
     if (err)
         return err;
@@ -2007,6 +2138,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->attempts = attempts;
     op->outbox_state = STORE_OUTBOX_PENDING;
     op->outbox_seq = n;
+    op->not_before_ms = 0;
     op->updated_at_ms = now_ms;
     op->expires_at_ms = add_ms(now_ms, state == STORE_OP_COMPLETE
                                            ? s->ops_ttl_ms

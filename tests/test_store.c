@@ -451,7 +451,7 @@ START_TEST(test_store_complete_twice_is_state_error)
                                     sizeof(g_err)),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_complete(op-1): op is complete, not "
-                            "running");
+                            "running or retryable");
     ck_assert_uint_eq(store_outbox_pending(g_st), 1);
     /* an absent op cannot be completed either */
     ck_assert_int_eq(store_complete(g_st, "nope", 1, STORE_OP_COMPLETE, NULL,
@@ -1249,6 +1249,187 @@ START_TEST(test_store_attempts_put_get_in_number_order_and_expire)
     ck_assert_uint_eq(n, 0);
     attempts_get("opx", 0, &out, &n);
     ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+/* running -> retryable -> running -> complete, with every illegal step of
+ * the way refused (DESIGN.md section 4). */
+START_TEST(test_store_retryable_transitions_and_illegal_ones)
+{
+    struct store_op op;
+    struct store_attempt a1 = attempt(1, 429, "throttled", "HTTP 429");
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    /* resume of a running op: illegal */
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 1, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_resume(op-1): op is running, not "
+                            "retryable");
+    /* stale generation, empty category: refused, nothing written */
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 2, T0 + 5000, 1, "throttled",
+                                    &a1, T0 + 10, g_err, sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_retry(op-1): stale generation 2, "
+                            "current 1");
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 5000, 1, "", &a1,
+                                    T0 + 10, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert(get("op-1", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 5000, 1, "throttled",
+                                    &a1, T0 + 10, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 11, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
+    ck_assert_int_eq(op.not_before_ms, T0 + 5000);
+    ck_assert_uint_eq(op.attempts, 1);
+    ck_assert_str_eq(op.category, "throttled");
+    ck_assert_uint_eq(op.generation, 1);
+    ck_assert_int_eq(op.lease_expires_at_ms, T0 + 10 + LEASE);
+    struct store_attempt *as = NULL;
+    size_t n = 0;
+    attempts_get("op-1", T0 + 11, &as, &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(as[0].status, 429);
+    ck_assert_str_eq(as[0].error, "HTTP 429");
+    free(as);
+    /* a duplicate while it waits is in flight here, not a new claim */
+    ck_assert_int_eq(claim("op-1", H1, T0 + 12, &op), STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
+    enum store_op_state ist;
+    ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1, T0 + 12, &ist));
+    /* retry of a retryable op: illegal; the lease renews while it waits */
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 6000, 2, "throttled",
+                                    NULL, T0 + 13, g_err, sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_retry(op-1): op is retryable, not "
+                            "running");
+    ck_assert_int_eq(store_lease_renew(g_st, "op-1", 1, T0 + 20, g_err,
+                                       sizeof(g_err)),
+                     DD_OK);
+    /* resume before not_before: illegal */
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 4999, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_resume(op-1): retryable not before "
+                            "1005000, 1 ms from now");
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 2, T0 + 5000, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 5000, g_err,
+                                     sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 5001, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert_int_eq(op.not_before_ms, 0);
+    ck_assert_uint_eq(op.attempts, 1);
+    complete("op-1", 1, "v", T0 + 5100);
+    ck_assert(get("op-1", T0 + 5101, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    /* a finished op: neither retry nor resume */
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 9000, 2, "throttled",
+                                    NULL, T0 + 5200, g_err, sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_retry(op-1): op is complete, not "
+                            "running");
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 9000, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+}
+END_TEST
+
+/* A retry wait that runs out of deadline fails from retryable; another
+ * instance may not touch the op; the record survives reopen. */
+START_TEST(test_store_retryable_fails_from_wait_and_fences_others)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 3000, 3,
+                                    "server_error", NULL, T0 + 10, g_err,
+                                    sizeof(g_err)),
+                     DD_OK);
+    uint64_t seq = 0;
+    ck_assert_int_eq(store_complete(g_st, "op-1", 2, STORE_OP_FAILED, "timeout",
+                                    3, "v", 1, T0 + 20, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_FAILED, "timeout",
+                                    3, "v", 1, T0 + 20, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 21, &op));
+    ck_assert_int_eq(op.state, STORE_OP_FAILED);
+    ck_assert_str_eq(op.category, "timeout");
+    ck_assert_int_eq(op.not_before_ms, 0);
+    ck_assert_int_eq(op.expires_at_ms, T0 + 20 + FAILED_TTL);
+
+    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_op_retry(g_st, "op-2", 1, T0 + 3000, 1, "connect",
+                                    NULL, T0 + 10, g_err, sizeof(g_err)),
+                     DD_OK);
+    reopen_as("b", "r1");
+    ck_assert(get("op-2", T0 + 11, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
+    ck_assert_int_eq(op.not_before_ms, T0 + 3000);
+    ck_assert_int_eq(store_op_resume(g_st, "op-2", 1, T0 + 3000, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_str_eq(g_err, "store_op_resume(op-2): lease held by a#r1, not "
+                            "by this run b#r1");
+    ck_assert_int_eq(claim("op-2", H1, T0 + 12, &op), STORE_CLAIM_DUPLICATE);
+}
+END_TEST
+
+/* The holder died while the op waited: the next holder reclaims it with
+ * generation + 1, keeps its attempts and must wait out not_before; the
+ * stale generation can neither resume nor complete. */
+START_TEST(test_store_retryable_reclaimed_keeps_not_before)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 30000, 2,
+                                    "throttled", NULL, T0 + 10, g_err,
+                                    sizeof(g_err)),
+                     DD_OK);
+    reopen_as("a", "r2"); /* a restart: the lease of a#r1 is void */
+    ck_assert_int_eq(claim("op-1", H1, T0 + 100, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
+    ck_assert_uint_eq(op.generation, 2);
+    ck_assert_str_eq(op.lease_owner, "a#r2");
+    ck_assert_uint_eq(op.attempts, 2);
+    ck_assert_int_eq(op.not_before_ms, T0 + 30000);
+    /* a crash again before the wait ended: the wait is still there */
+    reopen_as("a", "r3");
+    ck_assert_int_eq(claim("op-1", H1, T0 + 200, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
+    ck_assert_uint_eq(op.generation, 3);
+    ck_assert_int_eq(op.not_before_ms, T0 + 30000);
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 2, T0 + 30000, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 3, T0 + 29999, g_err,
+                                     sizeof(g_err)),
+                     DD_ERR_STATE);
+    ck_assert_int_eq(store_op_resume(g_st, "op-1", 3, T0 + 30000, g_err,
+                                     sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-1", T0 + 30001, &op));
+    ck_assert_int_eq(op.state, STORE_OP_RUNNING);
+    ck_assert_int_eq(op.not_before_ms, 0);
+    uint64_t seq = 0;
+    ck_assert_int_eq(store_complete(g_st, "op-1", 1, STORE_OP_COMPLETE, NULL,
+                                    3, "v", 1, T0 + 30001, &seq, g_err,
+                                    sizeof(g_err)),
+                     DD_ERR_STATE);
+    complete("op-1", 3, "v", T0 + 30100);
+    ck_assert(get("op-1", T0 + 30101, &op));
+    ck_assert_int_eq(op.not_before_ms, 0);
+    /* a running op reclaimed after a crash has no wait */
+    ck_assert_int_eq(claim("op-2", H1, T0 + 200, &op), STORE_CLAIM_NEW);
+    reopen_as("a", "r4");
+    ck_assert_int_eq(claim("op-2", H1, T0 + 300, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_int_eq(op.not_before_ms, 0);
 }
 END_TEST
 
@@ -2431,6 +2612,9 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);
     tcase_add_test(tc, test_store_complete_batch_one_write_fences_each_op_alone);
     tcase_add_test(tc, test_store_lease_renew_extends_and_fences);
+    tcase_add_test(tc, test_store_retryable_transitions_and_illegal_ones);
+    tcase_add_test(tc, test_store_retryable_fails_from_wait_and_fences_others);
+    tcase_add_test(tc, test_store_retryable_reclaimed_keeps_not_before);
     suite_add_tcase(s, tc);
 
     tc = tcase("lease");

@@ -211,7 +211,8 @@ static bool op_equal(const struct store_op *a, const struct store_op *b)
            strcmp(a->event_key, b->event_key) == 0 &&
            strcmp(a->lease_owner, b->lease_owner) == 0 &&
            strcmp(a->source, b->source) == 0 &&
-           strcmp(a->category, b->category) == 0;
+           strcmp(a->category, b->category) == 0 &&
+           a->not_before_ms == b->not_before_ms;
 }
 
 static bool attempt_equal(const struct store_attempt *a,

@@ -83,6 +83,7 @@ struct op {
     const char *rh, *ek, *owner, *source, *category;
     int64_t expires;
     unsigned kind;
+    int64_t not_before;   /* written in state 2 (retryable) only */
 };
 
 static struct op op_default(void)
@@ -113,6 +114,8 @@ static struct buf op(struct op o)
     str(&b, o.owner);
     str(&b, o.source);
     str(&b, o.category);
+    if (o.state == 2)
+        le(&b, (uint64_t)o.not_before, 8);
     return b;
 }
 
@@ -353,7 +356,8 @@ int main(int argc, char **argv)
     memset(t255, 't', 255), t255[255] = '\0';
     memset(o127, 'o', 127), o127[127] = '\0';
     memset(c31, 'c', 31), c31[31] = '\0';
-    o = op_default(), o.state = 2, o.source = t255, o.owner = o127, o.category = c31;
+    o = op_default(), o.state = 2, o.source = t255, o.owner = o127, o.category = c31,
+    o.not_before = 1700000030000;
     emit("op_retryable_long_source", garbage(0, op(o), 2, 0, 0));
     o = op_default(), o.state = 9;
     emit("op_bad_state", garbage(0, op(o), 0, 0, 0));

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# The retryable state across a crash (DESIGN.md section 4, issue 3).
+#
+# One job whose origin answers 429 with Retry-After: 6, fetched direct (one
+# session, so the op has to wait the 6 s out).  dedupd is killed with SIGKILL
+# while the op waits.  Then:
+#   - `dedupd inspect --json` shows the op retryable, its not_before about 6 s
+#     after the 429, one attempt recorded (status 429, category throttled);
+#   - the restarted dedupd reclaims the op (generation 2) and sends its next
+#     request no earlier than not_before (the origin's log says when), although
+#     it started seconds before that time;
+#   - the op ends failed/throttled (the origin never stops answering 429) with
+#     every attempt of both generations in its record, numbered in order, and
+#     one result.
+source "$(dirname "$0")/lib.sh"
+HOSTILE=${HOSTILE_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/hostile_origin}
+[ -x "$HOSTILE" ] || fail "hostile origin not built: $HOSTILE (cmake --build build)"
+pin_dedupd
+RA=6
+
+jq 'del(.proxy.providers)' "$CFG" >"$WORK/dedupd.json"
+CFG=$WORK/dedupd.json
+export DEDUPD_PROXY__EXITS=
+export DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32
+export DEDUPD_FETCH__BLOCKED_STATUSES=429
+export DEDUPD_FETCH__MAX_ATTEMPTS=2
+export DEDUPD_FETCH__BACKOFF_BASE_MS=50 DEDUPD_FETCH__BACKOFF_MAX_MS=200
+export DEDUPD_FETCH__DEADLINE_MS=60000
+export DEDUPD_STORE__LEASE_MS=30000
+
+cleanup() {
+  [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null
+  [ -n "${OPID:-}" ] && kill "$OPID" 2>/dev/null
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$HOSTILE" --listen 127.0.0.1:0 --log "$WORK/origin.log" >"$WORK/origin.port" 2>"$WORK/origin.err" &
+OPID=$!
+for _ in $(seq 100); do [ -s "$WORK/origin.port" ] && break; sleep 0.1; done
+[ -s "$WORK/origin.port" ] || fail "hostile origin did not start"
+O=http://127.0.0.1:$(head -1 "$WORK/origin.port")
+
+jq -cn --arg u "$O/status/429?ra=$RA&c=$T" '{url: $u}' >"$WORK/job.ndjson"
+opid=$(submit "$WORK/job.ndjson" | jq -r .op_id)
+[ -n "$opid" ] && [ "$opid" != null ] || fail "submit printed no op_id"
+
+requests() { grep -c "c=$T" "$WORK/origin.log" 2>/dev/null || true; }
+
+# First run: until the 429 is in, then half a second for the record, then kill.
+"$DEDUPD" run -c "$CFG" 2>"$WORK/run1.log" &
+DPID=$!
+for _ in $(seq 150); do [ "$(requests)" -ge 1 ] && break; sleep 0.1; done
+expect_eq "$(requests)" 1 "requests before the kill"
+sleep 0.5
+kill -9 "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=
+t1=$(grep "c=$T" "$WORK/origin.log" | head -1 | cut -d' ' -f1)
+
+"$DEDUPD" inspect -c "$CFG" "$opid" --json >"$WORK/inspect1.json" ||
+  fail "inspect after the kill: $(cat "$WORK/inspect1.json")"
+expect_eq "$(jq -r .state "$WORK/inspect1.json")" retryable "state after the kill"
+expect_eq "$(jq -r .category "$WORK/inspect1.json")" throttled "category of the wait"
+expect_eq "$(jq -r .attempts "$WORK/inspect1.json")" 1 "attempts recorded"
+expect_eq "$(jq -r '.attempt_log | map("\(.number):\(.status):\(.category)") | join(",")' "$WORK/inspect1.json")" \
+  "1:429:throttled" "attempt log"
+nb=$(jq -r .not_before_ms "$WORK/inspect1.json")
+# not_before = the 429's arrival + Retry-After (the origin stamps the request;
+# dedupd reads the answer a few ms later)
+d=$(( nb - t1 ))
+[ "$d" -ge $(( RA * 1000 - 100 )) ] && [ "$d" -le $(( RA * 1000 + 1500 )) ] ||
+  fail "not_before is $d ms after the 429, expected about $(( RA * 1000 ))"
+ok "not_before = 429 + $d ms"
+
+# Second run, started well before not_before: the next request waits for it.
+restart_at=$(date +%s%3N)
+[ "$restart_at" -lt $(( nb - 2000 )) ] || fail "restart came too late to test the wait"
+stats=$(run_until_idle)
+echo "stats: $stats"
+n=$(requests)
+[ "$n" -ge 2 ] || fail "only $n requests: the op was not retried"
+t2=$(grep "c=$T" "$WORK/origin.log" | sed -n 2p | cut -d' ' -f1)
+[ "$t2" -ge "$nb" ] || fail "request 2 at $t2, $(( nb - t2 )) ms before not_before $nb"
+ok "restart at not_before - $(( nb - restart_at )) ms; request 2 at not_before + $(( t2 - nb )) ms"
+grep -q 'reclaimed op at generation 2' "$WORK/run.log" || fail "no reclaim logged"
+grep -q 'op was retryable: its next attempt waits' "$WORK/run.log" || fail "no wait logged"
+
+"$DEDUPD" inspect -c "$CFG" "$opid" --json >"$WORK/inspect2.json" || fail "inspect at the end"
+expect_eq "$(jq -r '"\(.state)/\(.category)/\(.generation)"' "$WORK/inspect2.json")" \
+  failed/throttled/2 "final record"
+expect_eq "$(jq -r '.not_before_ms // "none"' "$WORK/inspect2.json")" none "not_before once final"
+expect_eq "$(jq -r .attempts "$WORK/inspect2.json")" "$n" "attempts recorded = requests"
+expect_eq "$(jq -r '[.attempt_log[] | .number] | join(",")' "$WORK/inspect2.json")" \
+  "$(seq -s, 1 "$n")" "attempt numbers"
+expect_eq "$(jq -r '[.attempt_log[] | .generation] | unique | join(",")' "$WORK/inspect2.json")" \
+  "1,2" "generations in the attempt log"
+topic_dump "$DEDUPD_TOPICS__RESULTS" >"$WORK/results.ndjson"
+expect_eq "$(wc -l <"$WORK/results.ndjson")" 1 "results"
+expect_eq "$(jq -r '.payload | fromjson | "\(.outcome)/\(.category)"' "$WORK/results.ndjson")" \
+  failed/throttled "result"
