@@ -1486,6 +1486,8 @@ static int http_op(void *opaque, const char *op_id, char **response_json)
                                             : "none"));
         if (op.category[0])
             json_object_set_new(o, "category", json_string(op.category));
+        if (op.state == STORE_OP_RETRYABLE)
+            json_object_set_new(o, "not_before_ms", json_integer(op.not_before_ms));
         json_object_set_new(o, "expires_at_ms", json_integer(op.expires_at_ms));
     }
     *response_json = json_dumps(o, JSON_COMPACT);

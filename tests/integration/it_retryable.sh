@@ -4,7 +4,8 @@
 # One job whose origin answers 429 with Retry-After: 6, fetched direct (one
 # session, so the op has to wait the 6 s out).  dedupd is killed with SIGKILL
 # while the op waits.  Then:
-#   - `dedupd inspect --json` shows the op retryable, its not_before about 6 s
+#   - while it waits, GET /v1/ops/{op_id} shows it retryable; after the kill
+#     `dedupd inspect --json` shows the op retryable, its not_before about 6 s
 #     after the 429, one attempt recorded (status 429, category throttled);
 #   - the restarted dedupd reclaims the op (generation 2) and sends its next
 #     request no earlier than not_before (the origin's log says when), although
@@ -53,6 +54,12 @@ DPID=$!
 for _ in $(seq 150); do [ "$(requests)" -ge 1 ] && break; sleep 0.1; done
 expect_eq "$(requests)" 1 "requests before the kill"
 sleep 0.5
+# the live view while it waits: GET /v1/ops/{op_id} on the api listener
+api=$(grep -o 'api listener on port [0-9]*' "$WORK/run1.log" | grep -o '[0-9]*$' | head -1)
+live=$(curl -fsS "http://127.0.0.1:$api/v1/ops/$opid") || fail "GET /v1/ops/$opid"
+expect_eq "$(jq -r '"\(.state)/\(.category)/\(.attempts)"' <<<"$live")" retryable/throttled/1 \
+  "live op while it waits"
+[ "$(jq -r .not_before_ms <<<"$live")" -gt "$(date +%s%3N)" ] || fail "live not_before not ahead: $live"
 kill -9 "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=
 t1=$(grep "c=$T" "$WORK/origin.log" | head -1 | cut -d' ' -f1)
 
