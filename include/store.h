@@ -76,6 +76,14 @@ struct store_conf {
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     bool sync;                 /**< fsync the WAL on every write batch */
+    bool group_commit;         /**< with sync: store_complete_batch() does
+                                    not wait for its fsync; a store thread
+                                    fsyncs the WAL as soon as the previous
+                                    fsync ended (one fsync covers every
+                                    write before it) and store_durable()
+                                    says how far it got.  The caller holds
+                                    back what must follow durability
+                                    (Kafka offsets) until then */
     size_t index_max_bytes;    /**< bound of the hot index; 0 = 64 MiB
                                     (room for about 1.6M op_ids: 32-byte
                                     slots filled to 4/5; an op_id costs 40
@@ -350,6 +358,8 @@ struct store_complete_req {
                                             before taking any lock */
     enum store_validator_write validator_write; /**< out */
     uint64_t seq;                      /**< out: outbox sequence number */
+    uint64_t ticket;                   /**< out: group commit: durable once
+                                            store_durable() >= ticket; else 0 */
     dd_err_t err;                      /**< out: as store_complete */
     char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
 };
@@ -357,7 +367,9 @@ struct store_complete_req {
 /**
  * @brief Group commit (DESIGN.md section 4): finish \p n running ops, with
  *        their attempt records, in ONE WriteBatch and one WAL write (one fsync
- *        under store.sync), with the answers store_complete() would give each.
+ *        under store.sync, or, with store_conf.group_commit, none here: see
+ *        req.ticket and store_durable()), with the answers store_complete()
+ *        would give each.
  *
  * Holds the stripes of all its op_ids (ascending order) for the call.  An op
  * fenced (DD_ERR_STATE) or refused (DD_ERR_INVAL) writes nothing, not even its
@@ -378,6 +390,15 @@ dd_err_t store_complete_batch(struct store *store,
                               struct store_complete_req *reqs, size_t n,
                               int64_t now_ms, char *errstr,
                               size_t errstr_size) DD_WUR;
+
+/**
+ * @brief The last group-commit ticket whose writes are on disk: a completion
+ *        of store_complete_batch() is durable once store_durable() >=
+ *        its req.ticket.  Without group commit (store_conf.group_commit off,
+ *        or sync off) every write counts as done when it returns:
+ *        UINT64_MAX.  Any thread.
+ */
+uint64_t store_durable(struct store *store);
 
 /**
  * @brief Read the validator of \p resource_key (CF "validators").

@@ -60,7 +60,11 @@ static const struct cfg_option cfg_options[] = {
      1048576, INT64_C(68719476736), "67108864", "bytes", 0,
      "RocksDB LRU block cache size."},
     {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "true", "", 0,
-     "fsync the WAL on every write batch (offsets are committed only after)."},
+     "make completions durable: a store thread fsyncs the WAL as soon as the "
+     "previous fsync ended (group commit; the pipeline never waits for it), and "
+     "a job's offset is committed only after its completion is on disk and its "
+     "result acknowledged. false: no fsync (a crash of the machine may lose "
+     "acknowledged work; the process dying loses nothing)."},
     {"store.validators_ttl_ms", CFG_INT, CFG_OFF(store_validators_ttl_ms),
      1000, INT64_C(31536000000), "604800000", "ms", 0,
      "Time the validators (ETag, Last-Modified) of a resource and the body "

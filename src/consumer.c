@@ -57,6 +57,9 @@ struct opctx {
     int64_t not_before_ms;  /* reclaimed retryable op: its stored retry time */
     bool stored;          /* result committed to the store (lease no longer
                              needed) */
+    uint64_t ticket;      /* group commit: durable once store_durable()
+                             reaches it */
+    struct opctx *await_next; /* acknowledged, waiting for durability */
     bool failed;          /* result outcome failed */
     bool shadow;          /* result outcome shadow */
     int64_t deadline_ms;  /* of its fetch (absolute) */
@@ -129,6 +132,8 @@ struct pipeline {
     size_t n_blocked;
     struct outmsg *conflicts_inflight; /* reports not yet acknowledged */
     size_t pending_out;   /* produced, not yet acknowledged */
+    struct opctx *await;  /* results acknowledged whose completion is not
+                             fsync'd yet (group commit): their offsets wait */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
     int64_t next_gauges_ms;
@@ -449,7 +454,15 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
         metrics_result(m->op->shadow ? METRICS_RESULT_SHADOW
                        : m->op->failed ? METRICS_RESULT_FAILED
                                        : METRICS_RESULT_FETCHED);
-        op_finish(pl, m->op);
+        /* The result is on the topic; the op's messages are done once its
+         * completion is on disk too (DESIGN.md section 4: offsets only
+         * after the batch is durable). */
+        if (store_durable(pl->store) >= m->op->ticket) {
+            op_finish(pl, m->op);
+        } else {
+            m->op->await_next = pl->await;
+            pl->await = m->op;
+        }
         break;
     case OUT_REPLAY:
         if (store_outbox_ack(pl->store, m->seq, m->op_id, e, sizeof(e)))
@@ -1008,6 +1021,7 @@ static void completed(struct pipeline *pl, struct opctx *o,
         log_ctx_msg(LOG_ERR, "store", &lc, "%s", req->errstr);
     } else {
         o->seq = req->seq;
+        o->ticket = req->ticket;
         o->stored = true;
         struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
                                       o->job->event_key, o->generation, value,
@@ -1685,6 +1699,24 @@ static bool all_eof(struct pipeline *pl)
     return any;
 }
 
+/* Finish the acknowledged ops whose completion the group commit has made
+ * durable since: their messages' offsets move on. */
+static void release_durable(struct pipeline *pl)
+{
+    if (!pl->await)
+        return;
+    uint64_t d = store_durable(pl->store);
+    struct opctx **pp = &pl->await;
+    while (*pp) {
+        struct opctx *o = *pp;
+        if (o->ticket <= d) {
+            *pp = o->await_next;
+            op_finish(pl, o);
+        } else
+            pp = &o->await_next;
+    }
+}
+
 static bool idle(struct pipeline *pl)
 {
     return pl->n_ops == 0 && pl->pending_out == 0 && pl->retry == NULL &&
@@ -1724,6 +1756,9 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         .lease_ms = cfg->store_lease_ms,
         .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
         .sync = cfg->store_sync,
+        /* the pipeline never waits for an fsync: results go out at once,
+         * offsets wait for store_durable() */
+        .group_commit = true,
         .index_max_bytes = (size_t)cfg->store_index_max_bytes,
         .validators_ttl_ms = cfg->store_validators_ttl_ms,
         .max_body_bytes = (size_t)cfg->store_max_body_bytes,
@@ -1881,6 +1916,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         else
             producer_poll(pl->prod, 5);
         shadow_flush(pl);
+        release_durable(pl);
         flush_offsets(pl);
         if (opts->exit_when_idle_ms > 0 && !stopping && idle(pl) &&
             pl->assigned_once && all_eof(pl) &&

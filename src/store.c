@@ -182,6 +182,19 @@ struct store {
     rocksdb_writeoptions_t *wopts;
     rocksdb_writeoptions_t *wopts_nosync; /* never synced: claims, outbox
                                             acks (see store.h) */
+    /* group commit (store_conf.group_commit): store_complete_batch writes
+     * without fsync and takes a ticket; the syncer thread fsyncs the WAL
+     * (rocksdb_flush_wal, sync) whenever tickets are pending, so one fsync
+     * covers every write before it, and publishes the last ticket covered */
+    bool group_commit;
+    pthread_t sync_thread;
+    bool sync_thread_started;
+    pthread_mutex_t sync_mu;
+    pthread_cond_t sync_cv;
+    bool sync_mu_init;
+    bool sync_stop;                      /* under sync_mu */
+    _Atomic uint64_t ticket_issued;      /* last ticket handed out */
+    _Atomic uint64_t ticket_durable;     /* last ticket fsync'd */
     rocksdb_column_family_handle_t *cf[CF_N];
     rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
     size_t extra_cf_n;
@@ -1576,6 +1589,46 @@ out:
     return err;
 }
 
+/* The group-commit syncer: fsync the WAL whenever a ticket is pending.  A
+ * failed fsync is logged and tried again 100 ms later (tickets stay
+ * pending: what waits for them keeps waiting). */
+static void *sync_main(void *arg)
+{
+    struct store *s = arg;
+    pthread_mutex_lock(&s->sync_mu);
+    for (;;) {
+        while (!s->sync_stop && atomic_load(&s->ticket_issued) ==
+                                    atomic_load(&s->ticket_durable))
+            pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+        uint64_t upto = atomic_load(&s->ticket_issued);
+        if (upto == atomic_load(&s->ticket_durable) && s->sync_stop)
+            break;
+        pthread_mutex_unlock(&s->sync_mu);
+        char *rerr = NULL;
+        rocksdb_flush_wal(s->db, 1, &rerr);
+        if (rerr) {
+            log_msg(LOG_ERR, "STORE", "group commit: fsync of the WAL of %s "
+                    "failed: %s; retrying in 100 ms", s->path, rerr);
+            rocksdb_free(rerr);
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&s->sync_mu);
+            if (s->sync_stop)
+                break;
+            continue;
+        }
+        atomic_store(&s->ticket_durable, upto);
+        pthread_mutex_lock(&s->sync_mu);
+    }
+    pthread_mutex_unlock(&s->sync_mu);
+    return NULL;
+}
+
+uint64_t store_durable(struct store *s)
+{
+    return s->group_commit ? atomic_load(&s->ticket_durable) : UINT64_MAX;
+}
+
 dd_err_t store_open(const struct store_conf *conf, struct store **out,
                     char *errstr, size_t errstr_size)
 {
@@ -1643,6 +1696,9 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
         pthread_mutex_init(&s->stripes[s->stripes_init], NULL);
     pthread_mutex_init(&s->seq_mu, NULL);
     s->seq_mu_init = true;
+    pthread_mutex_init(&s->sync_mu, NULL);
+    pthread_cond_init(&s->sync_cv, NULL);
+    s->sync_mu_init = true;
 
     set_options(s, conf);
     err = db_open(s, errstr, errstr_size);
@@ -1659,6 +1715,17 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
                    errstr, errstr_size);
     if (err)
         goto out;
+    if (conf->sync && conf->group_commit) {
+        if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store_open(%s): cannot start the group-commit "
+                          "thread", s->path);
+            err = DD_ERR_FATAL;
+            goto out;
+        }
+        s->sync_thread_started = true;
+        s->group_commit = true;
+    }
     log_msg(LOG_INFO, "STORE",
             "opened %s as %s: %llu pending outbox entries, next seq %llu",
             s->path, s->owner, (unsigned long long)atomic_load(&s->pending),
@@ -1677,6 +1744,14 @@ void store_close(struct store *s)
     if (!s)
         return;
     idx_close(s); /* stops the rebuild thread, which reads the DB */
+    if (s->sync_thread_started) {
+        /* the syncer makes what is pending durable, then leaves */
+        pthread_mutex_lock(&s->sync_mu);
+        s->sync_stop = true;
+        pthread_cond_signal(&s->sync_cv);
+        pthread_mutex_unlock(&s->sync_mu);
+        pthread_join(s->sync_thread, NULL);
+    }
     /* column-family handles go before rocksdb_close (DESIGN.md 10) */
     for (int i = 0; i < CF_N; i++)
         if (s->cf[i])
@@ -1707,6 +1782,10 @@ void store_close(struct store *s)
         pthread_mutex_destroy(&s->stripes[i]);
     if (s->seq_mu_init)
         pthread_mutex_destroy(&s->seq_mu);
+    if (s->sync_mu_init) {
+        pthread_mutex_destroy(&s->sync_mu);
+        pthread_cond_destroy(&s->sync_cv);
+    }
     free(s->path);
     free(s);
 }
@@ -2302,7 +2381,10 @@ dd_err_t store_complete_batch(struct store *s,
     dd_err_t err = DD_OK;
     if (staged) {
         char *rerr = NULL;
-        rocksdb_write(s->db, s->wopts, wb, &rerr); /* one WAL write and sync */
+        /* one WAL write; its fsync here (store.sync), or by the syncer
+         * (group commit: the ticket tells when) */
+        rocksdb_write(s->db, s->group_commit ? s->wopts_nosync : s->wopts, wb,
+                      &rerr);
         if (rerr) {
             char text[DD_ERRSTR_SIZE];
             err = rdb_fail(rerr, "rocksdb_write(complete batch)",
@@ -2318,8 +2400,16 @@ dd_err_t store_complete_batch(struct store *s,
                              text);
                 }
         } else {
+            uint64_t ticket = 0;
+            if (s->group_commit) {
+                pthread_mutex_lock(&s->sync_mu);
+                ticket = atomic_fetch_add(&s->ticket_issued, 1) + 1;
+                pthread_cond_signal(&s->sync_cv);
+                pthread_mutex_unlock(&s->sync_mu);
+            }
             for (size_t i = 0; i < n; i++)
                 if (!reqs[i].err) {
+                    reqs[i].ticket = ticket;
                     idx_put_op(s, &keys[i], &ops[i], now_ms, IDX_UPSERT);
                     atomic_fetch_add(&s->pending, 1);
                 }

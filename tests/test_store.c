@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <rocksdb/c.h>
 
@@ -1433,6 +1434,60 @@ START_TEST(test_store_retryable_reclaimed_keeps_not_before)
 }
 END_TEST
 
+/* Group commit: a completion returns before its fsync with a ticket; the
+ * store's syncer makes it durable (store_durable reaches the ticket) without
+ * anyone waiting; without group commit every write is durable at once. */
+START_TEST(test_store_group_commit_tickets_become_durable)
+{
+    struct store_op op;
+    ck_assert_uint_eq(store_durable(g_st), UINT64_MAX);
+    store_close(g_st);
+    g_st = NULL;
+    struct store_conf conf = {
+        .path = g_dir, .instance = "a", .run_id = "r2", .ops_ttl_ms = OPS_TTL,
+        .failed_ttl_ms = FAILED_TTL, .lease_ms = LEASE,
+        .block_cache_bytes = 8 << 20, .sync = true, .group_commit = true,
+        .validators_ttl_ms = VAL_TTL, .max_body_bytes = MAX_BODY,
+    };
+    ck_assert_msg(store_open(&conf, &g_st, g_err, sizeof(g_err)) == DD_OK,
+                  "store_open: %s", g_err);
+    ck_assert_uint_eq(store_durable(g_st), 0);
+    uint64_t last = 0;
+    for (int b = 0; b < 20; b++) {
+        char id[32];
+        snprintf(id, sizeof(id), "gc-%d", b);
+        ck_assert_int_eq(claim(id, H1, T0, &op), STORE_CLAIM_NEW);
+        struct store_complete_req r = {
+            .op_id = id, .generation = 1, .state = STORE_OP_COMPLETE,
+            .attempts = 1, .value = "v", .value_len = 1,
+        };
+        ck_assert_int_eq(store_complete_batch(g_st, &r, 1, T0 + 1, g_err,
+                                              sizeof(g_err)),
+                         DD_OK);
+        ck_assert_int_eq(r.err, DD_OK);
+        ck_assert_uint_gt(r.ticket, last); /* one ticket per batch */
+        last = r.ticket;
+    }
+    uint64_t d = 0;
+    for (int i = 0; i < 500 && (d = store_durable(g_st)) < last; i++)
+        usleep(10 * 1000);
+    ck_assert_uint_eq(d, last);
+    /* a completion pending at close is made durable by the close */
+    ck_assert_int_eq(claim("gc-last", H1, T0, &op), STORE_CLAIM_NEW);
+    struct store_complete_req r = {
+        .op_id = "gc-last", .generation = 1, .state = STORE_OP_COMPLETE,
+        .attempts = 1, .value = "v", .value_len = 1,
+    };
+    ck_assert_int_eq(store_complete_batch(g_st, &r, 1, T0 + 2, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    ck_assert_uint_eq(r.ticket, last + 1);
+    reopen_as("a", "r3");
+    ck_assert(get("gc-last", T0 + 3, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+}
+END_TEST
+
 START_TEST(test_store_complete_batch_one_write_fences_each_op_alone)
 {
     struct store_op op;
@@ -2615,6 +2670,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_retryable_transitions_and_illegal_ones);
     tcase_add_test(tc, test_store_retryable_fails_from_wait_and_fences_others);
     tcase_add_test(tc, test_store_retryable_reclaimed_keeps_not_before);
+    tcase_add_test(tc, test_store_group_commit_tickets_become_durable);
     suite_add_tcase(s, tc);
 
     tc = tcase("lease");
