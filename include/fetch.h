@@ -110,6 +110,15 @@ struct fetch_req {
     bool safe;                        /**< may be retried after bytes were sent */
     const char *country;              /**< upper-case ISO code or NULL: only
                                            sessions of that country serve it */
+    const char *rotation;             /**< "sticky", "timed", "per_request" or
+                                           NULL (any): only sessions of
+                                           providers with that mode serve it;
+                                           per_request also opens a new
+                                           connection for every attempt.
+                                           Plain exits and direct serve any
+                                           job.  When no session can serve
+                                           the request it fails at once with
+                                           proxy_connect */
     int64_t deadline_ms;              /**< absolute, ms since epoch */
     void *opaque;                     /**< returned in the result */
     const struct fetch_step *steps;   /**< workflow steps, or NULL */

@@ -703,6 +703,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .body_len = j->req.body_len,
         .safe = j->safe,
         .country = j->country,
+        .rotation = j->rotation,
         .deadline_ms = o->deadline_ms,
         .opaque = o,
         .steps = j->n_steps ? steps : NULL,

@@ -101,6 +101,7 @@ struct xfer {
     char host[256];               /* per-host limit key of url */
     bool safe;
     char country[3];
+    char rotation[12];            /* the job's rotation mode, "" = provider's */
     int64_t deadline_ms;
     void *opaque;
     /* progress */
@@ -968,6 +969,21 @@ static void host_release(struct xfer *x)
 
 static bool wf_midway(const struct xfer *x);
 
+/* Can \p s ever serve \p x (DESIGN.md section 3: the job's country and
+ * rotation select a provider's sessions)?  A session of a provider with a
+ * countries list serves only its country; a job's rotation mode takes only
+ * sessions of providers with that mode.  A plain exit (proxy.exits) or direct
+ * fetching serves any job. */
+static bool session_serves(const struct session *s, const struct xfer *x)
+{
+    if (!s->provider)
+        return true;
+    if (x->country[0] && (s->country[0] ? strcmp(s->country, x->country) != 0
+                                        : s->provider->countries.n > 0))
+        return false;
+    return !x->rotation[0] || !strcmp(s->provider->rotation, x->rotation);
+}
+
 /* When \p s can take a request again: its cooldown's end (a timed session's
  * cooldown ends at its next interval at the latest), or \p now. */
 static int64_t session_free_at(const struct session *s, int64_t now)
@@ -996,11 +1012,7 @@ static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
     } else {
         for (size_t i = 0; i < f->n_sessions && t > now; i++) {
             const struct session *s = &f->sessions[i];
-            if (x->country[0] && s->provider && s->country[0] &&
-                strcmp(s->country, x->country))
-                continue;
-            if (x->country[0] && !s->country[0] && s->provider &&
-                s->provider->countries.n)
+            if (!session_serves(s, x))
                 continue;
             if (session_suspended(s, now))
                 continue;
@@ -1053,17 +1065,14 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
     }
     int best = -1;
     int64_t earliest = INT64_MAX;
-    bool skipped_suspended = false;
+    bool skipped_suspended = false, any = false;
     for (size_t k = 0; k < f->n_sessions; k++) {
         size_t i = (f->rr + k) % f->n_sessions;
         struct session *s = &f->sessions[i];
+        if (!session_serves(s, x))
+            continue;
+        any = true;
         if (rotate && (int)i == x->session && f->n_sessions > 1)
-            continue;
-        if (x->country[0] && s->provider && s->country[0] &&
-            strcmp(s->country, x->country))
-            continue;
-        if (x->country[0] && !s->country[0] && s->provider &&
-            s->provider->countries.n)
             continue;
         if (session_suspended(s, now)) {
             skipped_suspended = true;
@@ -1088,6 +1097,8 @@ static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
         else
             earliest = cur->cooldown_until_ms;
     }
+    if (best < 0 && !any)
+        return -3;
     if (best < 0) {
         if (earliest == INT64_MAX && skipped_suspended)
             return -2;
@@ -1232,7 +1243,8 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
             free(u);
             free(pw);
         }
-        if (s->provider && !strcmp(s->provider->rotation, "per_request")) {
+        if ((s->provider && !strcmp(s->provider->rotation, "per_request")) ||
+            !strcmp(x->rotation, "per_request")) {
             curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
             curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
         } else if (session_timed(s)) {
@@ -1536,11 +1548,7 @@ static bool other_credentials(struct fetch *f, struct xfer *x,
         const struct session *t = &f->sessions[i];
         if (t == s || (s->provider && t->provider == s->provider))
             continue;
-        if (x->country[0] && t->provider && t->country[0] &&
-            strcmp(t->country, x->country))
-            continue;
-        if (x->country[0] && !t->country[0] && t->provider &&
-            t->provider->countries.n)
+        if (!session_serves(t, x))
             continue;
         if (!session_suspended(t, now))
             return true;
@@ -2013,6 +2021,17 @@ static void launch_ready(struct fetch *f)
         } else {
             s = session_pick(f, x, x->need_rotate, now, &wait_until);
         }
+        if (s == -3) {
+            char msg[160];
+            snprintf(msg, sizeof(msg),
+                     "no proxy session serves this job (country %s, rotation "
+                     "%s): no provider of proxy.providers offers it",
+                     x->country[0] ? x->country : "any",
+                     x->rotation[0] ? x->rotation : "any");
+            UNLINK();
+            finish(f, x, false, 0, "proxy_connect", msg);
+            continue;
+        }
         if (s == -2) {
             UNLINK();
             finish(f, x, false, 0, "proxy_auth",
@@ -2284,6 +2303,8 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     x->safe = req->safe;
     if (req->country)
         snprintf(x->country, sizeof(x->country), "%s", req->country);
+    if (req->rotation)
+        snprintf(x->rotation, sizeof(x->rotation), "%s", req->rotation);
     x->deadline_ms = req->deadline_ms;
     x->not_before_ms = req->not_before_ms;
     /* a resumed wait: its first attempt is the retry it waited for */

@@ -5,6 +5,8 @@
 #     basic auth (its access log names the user) and dante with a system user
 #   - a provider with an API: a 429 rotates the session through the API
 #     (POST /session/{id}/rotate, in the stand-in's log) and the job completes
+#   - the job's country and rotation select the provider sessions that serve it;
+#     a job no session can serve fails at once (proxy_connect) and says why
 #   - no credential byte string appears in logs, results or metrics
 source "$(dirname "$0")/lib.sh"
 export DEDUPD_PROXY__EXITS=
@@ -64,6 +66,45 @@ if [ "$n429" -gt 0 ]; then
   ok "429s led to rotations through the provider API"
 fi
 expect_eq "$(grep -F "t=$T-api" "$ORIGIN_ACCESS_LOG" | awk '$(NF-1) == 200' | wc -l)" 120 "provider API: origin 200s, one per job"
+
+# 5. The job's country and rotation select sessions (DESIGN.md section 3):
+# squid is a sticky provider for DE, dante a per_request one for DE and US.
+prov=$(jq -nc --arg u "$SQUID_USER" --arg pf "$SQUID_PASSWORD_FILE" --arg h "$sq_host" --argjson p "$sq_port" \
+  --arg du "$SOCKS_AUTH_USER" --arg dpf "$SOCKS_AUTH_PASSWORD_FILE" --arg dh "$sx_host" --argjson dp "$sx_port" \
+  '[{name: "squid", gateway: $h, http_port: $p, username: "{user}", user: $u, password_file: $pf,
+     rotation: "sticky", countries: ["DE"]},
+    {name: "dante", gateway: $dh, socks_port: $dp, username: "{user}", user: $du, password_file: $dpf,
+     rotation: "per_request", countries: ["DE", "US"]}]')
+jq --argjson p "$prov" '.proxy = {providers: $p} | .fetch.allow_targets = ["127.0.0.1/32"]' "$CFG" > "$WORK/cfg.json"
+sel_jobs() { # sel_jobs CASE N JOB_FIELDS_JSON
+  awk -v n="$2" -v t="$T-sel-$1" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES" |
+    jq -Rc --arg c "$1" --argjson f "$3" '{url: .} + $f + {meta: {case: $c}}'
+}
+{ sel_jobs per 4 '{"rotation": "per_request"}'; sel_jobs sticky 4 '{"rotation": "sticky"}'
+  sel_jobs us 4 '{"country": "US"}'; sel_jobs timed 2 '{"rotation": "timed"}'
+  sel_jobs fr 2 '{"country": "FR"}'; } > "$WORK/jobs.sel"
+"$DEDUPD" submit -c "$WORK/cfg.json" "$WORK/jobs.sel" > /dev/null 2>>"$WORK/submit.log"
+t0=$(date +%s)
+stats=$(DEDUPD_FETCH__DEADLINE_MS=60000 "$DEDUPD" run -c "$WORK/cfg.json" --exit-when-idle 2500 --stats-json 2>>"$WORK/run.log")
+secs=$(( $(date +%s) - t0 ))
+echo "selection run ($secs s): $stats"
+expect_eq "$(jq .results <<<"$stats")" 16 "selection: results"
+[ "$secs" -lt 30 ] || fail "selection run took $secs s: unservable jobs waited for their deadline"
+sel_count() { grep -F "t=$T-sel-$1" "$ORIGIN_ACCESS_LOG" | awk -v a="$2" '$1 == a' | wc -l; }
+expect_eq "$(sel_count per "$sx_host")/$(sel_count per "$sq_host")" 4/0 "rotation per_request: requests via dante/squid"
+expect_eq "$(sel_count sticky "$sq_host")/$(sel_count sticky "$sx_host")" 4/0 "rotation sticky: requests via squid/dante"
+expect_eq "$(sel_count us "$sx_host")/$(sel_count us "$sq_host")" 4/0 "country US: requests via dante/squid"
+expect_eq "$(grep -cE "t=$T-sel-(timed|fr)" "$ORIGIN_ACCESS_LOG" || true)" 0 "unservable jobs: requests sent"
+"$DEDUPD" tail -c "$WORK/cfg.json" --exit-when-idle 1500 > "$WORK/sel.ndjson" 2>>"$WORK/tail.log"
+for c in timed fr; do
+  expect_eq "$(jq -r --arg c "$c" 'select(.meta.case == $c) | "\(.outcome)/\(.category)"' "$WORK/sel.ndjson" | sort -u)" \
+    failed/proxy_connect "$c: result"
+done
+jq -r 'select(.meta.case == "timed") | .error' "$WORK/sel.ndjson" | head -1 | grep -q "rotation timed" ||
+  fail "timed: the error does not name the rotation: $(jq -r 'select(.meta.case == "timed") | .error' "$WORK/sel.ndjson" | head -1)"
+jq -r 'select(.meta.case == "fr") | .error' "$WORK/sel.ndjson" | head -1 | grep -q "country FR" ||
+  fail "fr: the error does not name the country"
+ok "unservable jobs fail at once with proxy_connect and say why"
 
 # 4. No credential byte string anywhere we write.
 "$DEDUPD" tail -c "$WORK/cfg.json" --exit-when-idle 1500 > "$WORK/results.ndjson" 2>>"$WORK/tail.log"
