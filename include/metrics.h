@@ -76,6 +76,10 @@ enum metrics_counter {
     METRICS_LEASE_RECOVERIES,        /**< dedupd_lease_recoveries_total */
     METRICS_OUTBOX_REPLAYED,         /**< dedupd_outbox_replayed_total */
     METRICS_SINGLE_FLIGHT,           /**< dedupd_single_flight_shared_total */
+    METRICS_WORKFLOW_RESTARTS,       /**< dedupd_workflow_restarts_total */
+    METRICS_HOST_WAITS,              /**< dedupd_host_waits_total */
+    METRICS_PROXY_AUTH_SUSPENSIONS,  /**< dedupd_proxy_auth_suspensions_total */
+    METRICS_RETRY_WAITS,             /**< dedupd_retry_waits_total */
     METRICS_COUNTER__N
 };
 

@@ -1026,6 +1026,12 @@ static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
     return t > x->not_before_ms ? t : x->not_before_ms;
 }
 
+static void host_wait_count(struct fetch *f)
+{
+    atomic_fetch_add(&f->st_host_waits, 1);
+    metrics_add(METRICS_HOST_WAITS, 1);
+}
+
 static void waiting_push(struct fetch *f, struct xfer *x)
 {
     /* An op back in the queue after a failed attempt waits for a retry:
@@ -1035,6 +1041,7 @@ static void waiting_push(struct fetch *f, struct xfer *x)
         if (a->ended_at_ms && a->category[0]) {
             x->noted_alog = x->n_alog;
             x->retry_noted = true;
+            metrics_add(METRICS_RETRY_WAITS, 1);
             f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_WAIT,
                         retry_not_before(f, x), (uint32_t)x->n_alog, a);
         }
@@ -1500,6 +1507,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
             x->session >= 0 ? f->sessions[x->session].name : "-");
     x->restarts++;
     atomic_fetch_add(&f->st_restarts, 1);
+    metrics_add(METRICS_WORKFLOW_RESTARTS, 1);
     unpin(f, x);
     sres_free(x->sres, x->n_sres);
     x->sres = NULL;
@@ -1586,6 +1594,7 @@ static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
         }
         if (newly) {
             atomic_fetch_add(&f->st_auth_suspensions, 1);
+            metrics_add(METRICS_PROXY_AUTH_SUSPENSIONS, 1);
             log_msg(LOG_WARNING, "fetch",
                     "proxy refused the credentials of provider %s (%s): not "
                     "used for %lld ms", s->provider->name,
@@ -1945,7 +1954,7 @@ static void launch_ready(struct fetch *f)
             if (c->fetch_per_host_max_inflight > 0 &&
                 hs->inflight >= c->fetch_per_host_max_inflight) {
                 if (!x->gate_waited)
-                    atomic_fetch_add(&f->st_host_waits, 1);
+                    host_wait_count(f);
                 x->wait_slot = x->gate_waited = true;
                 pp = &x->next;
                 continue;
@@ -1957,7 +1966,7 @@ static void launch_ready(struct fetch *f)
                                               c->fetch_per_host_burst);
                 if (w > 0) {
                     if (!x->gate_waited)
-                        atomic_fetch_add(&f->st_host_waits, 1);
+                        host_wait_count(f);
                     x->gate_waited = true;
                     x->not_before_ms = now + w;
                     pp = &x->next;

@@ -68,6 +68,14 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Outbox records produced again after a restart or producer reset."},
     [METRICS_SINGLE_FLIGHT] = {"dedupd_single_flight_shared_total",
         "Ops answered by another op's transfer of the same resource (single-flight)."},
+    [METRICS_WORKFLOW_RESTARTS] = {"dedupd_workflow_restarts_total",
+        "Workflows restarted from their first step after a session failed mid-way."},
+    [METRICS_HOST_WAITS] = {"dedupd_host_waits_total",
+        "Requests held by a per-host limit (concurrency cap or rate) before they started."},
+    [METRICS_PROXY_AUTH_SUSPENSIONS] = {"dedupd_proxy_auth_suspensions_total",
+        "Provider credential sets suspended after the proxy refused them (407, SOCKS5 auth)."},
+    [METRICS_RETRY_WAITS] = {"dedupd_retry_waits_total",
+        "Failed attempts followed by a retry wait (the op was retryable)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {

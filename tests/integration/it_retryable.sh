@@ -60,6 +60,9 @@ live=$(curl -fsS "http://127.0.0.1:$api/v1/ops/$opid") || fail "GET /v1/ops/$opi
 expect_eq "$(jq -r '"\(.state)/\(.category)/\(.attempts)"' <<<"$live")" retryable/throttled/1 \
   "live op while it waits"
 [ "$(jq -r .not_before_ms <<<"$live")" -gt "$(date +%s%3N)" ] || fail "live not_before not ahead: $live"
+admin=$(grep -o 'admin listener on port [0-9]*' "$WORK/run1.log" | grep -o '[0-9]*$' | head -1)
+expect_eq "$(curl -fsS "http://127.0.0.1:$admin/metrics" | awk '$1 == "dedupd_retry_waits_total" {print $2}')" 1 \
+  "dedupd_retry_waits_total while it waits"
 kill -9 "$DPID"; wait "$DPID" 2>/dev/null || true; DPID=
 t1=$(grep "c=$T" "$WORK/origin.log" | head -1 | cut -d' ' -f1)
 
