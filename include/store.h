@@ -169,6 +169,7 @@ const char *store_owner(const struct store *store);
  * @param source        "topic/partition/offset" of the message (kept as the first
  *                      source on NEW), NUL-terminated.
  * @param now_ms        Current time, ms since the epoch.
+ * Written without fsync, as store_claim_batch() (see there).
  * @param result        Out: NEW, DUPLICATE, CONFLICT or RECLAIMED.
  * @param op            Out: the record after the claim (for DUPLICATE/CONFLICT,
  *                      the existing one).
@@ -195,6 +196,8 @@ dd_err_t store_op_get(struct store *store, const char *op_id, int64_t now_ms,
  * @brief Extend the lease of a running or retryable op held by this run at
  *        \p generation
  *        (to now + lease; expires_at is raised to the lease end if below it).
+ *        Written without fsync: a renewal lost with the machine only lets
+ *        another instance take the op over at the older expiry.
  * @returns DD_OK; DD_ERR_STATE (not running nor retryable, other owner or
  *          stale generation); DD_ERR_IO; DD_ERR_FATAL (stored record of an
  *          unknown layout).
@@ -217,7 +220,9 @@ struct store_attempt;
  *
  * Fencing: running, leased by this run, at \p generation.  The lease is
  * renewed to now + lease (store_lease_renew keeps renewing a retryable op).
- * \p attempt, when not NULL, is written in the same WriteBatch.
+ * \p attempt, when not NULL, is written in the same WriteBatch, without
+ * fsync (the next synced write persists it; lost with the machine, the op
+ * is reclaimed as running, without the wait).
  * @param not_before_ms  Absolute, ms since epoch (>= 0).
  * @param attempts       Attempts made so far, every generation included.
  * @param category       The failed attempt's category, 1..STORE_CATEGORY_MAX.

@@ -1257,8 +1257,10 @@ static dd_err_t op_write(struct store *s, const char *op_id,
     unsigned char buf[STORE_OP_VALUE_MAX];
     size_t len = op_encode(op, buf, sizeof(buf));
     char *rerr = NULL;
-    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_OPS], op_id, strlen(op_id),
-                   (const char *)buf, len, &rerr);
+    /* no fsync (store.h: claims, renewals): the next synced write persists
+     * it, and losing it in a crash costs at most a repeated fetch */
+    rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_OPS], op_id,
+                   strlen(op_id), (const char *)buf, len, &rerr);
     if (rerr) {
         idx_write_failed(s);
         return rdb_fail(rerr, "rocksdb_put_cf(ops)", op_id, errstr,
@@ -2051,7 +2053,9 @@ static dd_err_t op_write_batch(struct store *s, rocksdb_writebatch_t *wb,
     rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, strlen(op_id),
                               (const char *)vbuf, vlen);
     char *rerr = NULL;
-    rocksdb_write(s->db, s->wopts, wb, &rerr);
+    /* no fsync (store.h): called from the fetch engine's thread, which must
+     * not wait for the disk; the next group commit persists it */
+    rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
     if (rerr) {
         idx_write_failed(s);
         return rdb_fail(rerr, fn, op_id, errstr, errstr_size);
