@@ -2003,35 +2003,6 @@ static dd_err_t fence(struct store *s, const char *fn, const char *op_id,
     return DD_OK;
 }
 
-dd_err_t store_lease_renew(struct store *s, const char *op_id,
-                           uint64_t generation, int64_t now_ms, char *errstr,
-                           size_t errstr_size)
-{
-    dd_err_t err = check_op_id("store_lease_renew", op_id, errstr,
-                               errstr_size);
-    if (err)
-        return err;
-    struct idx_key k;
-    pthread_mutex_t *mu = stripe(s, op_id, &k);
-    pthread_mutex_lock(mu);
-    struct store_op op;
-    err = fence(s, "store_lease_renew", op_id, ST_LIVE, generation, now_ms, &op,
-                errstr, errstr_size);
-    if (err)
-        goto out;
-    op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
-    op.updated_at_ms = now_ms;
-    /* a leased record must not expire under its holder */
-    if (op.expires_at_ms < op.lease_expires_at_ms)
-        op.expires_at_ms = op.lease_expires_at_ms;
-    err = op_write(s, op_id, &op, errstr, errstr_size);
-    if (!err)
-        idx_put_op(s, &k, &op, now_ms, IDX_UPSERT);
-out:
-    pthread_mutex_unlock(mu);
-    return err;
-}
-
 static dd_err_t attempts_check(const char *fn, const char *op_id,
                                const struct store_attempt *attempts, size_t n,
                                char *errstr, size_t errstr_size);
@@ -2040,27 +2011,109 @@ static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
                            const struct store_attempt *attempts, size_t n,
                            int64_t now_ms);
 
-/* Write \p op (and the staged attempts in \p wb) and update the index.
- * Caller holds the op's stripe. */
-static dd_err_t op_write_batch(struct store *s, rocksdb_writebatch_t *wb,
-                               const char *fn, const char *op_id,
-                               const struct idx_key *k, struct store_op *op,
-                               int64_t now_ms, char *errstr,
-                               size_t errstr_size)
+/* The lease of a live op, renewed: now + lease; a leased record must not
+ * expire under its holder. */
+static void lease_extend(struct store *s, struct store_op *op, int64_t now_ms)
 {
-    unsigned char vbuf[STORE_OP_VALUE_MAX];
-    size_t vlen = op_encode(op, vbuf, sizeof(vbuf));
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, strlen(op_id),
-                              (const char *)vbuf, vlen);
-    char *rerr = NULL;
-    /* no fsync (store.h): called from the fetch engine's thread, which must
-     * not wait for the disk; the next group commit persists it */
-    rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
-    if (rerr) {
-        idx_write_failed(s);
-        return rdb_fail(rerr, fn, op_id, errstr, errstr_size);
+    op->updated_at_ms = now_ms;
+    op->lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
+    if (op->expires_at_ms < op->lease_expires_at_ms)
+        op->expires_at_ms = op->lease_expires_at_ms;
+}
+
+/* A transition's change to the fenced record; DD_ERR_STATE refuses it. */
+typedef dd_err_t(op_edit_fn)(struct store_op *op, const void *arg,
+                             int64_t now_ms, const char *op_id, char *errstr,
+                             size_t errstr_size);
+
+/*
+ * One fenced transition of a live op held by this run (DESIGN.md section 4):
+ * under the op's stripe, fence it (\p states, \p generation), let \p edit
+ * change it, renew the lease, and write it with \p attempt (when not NULL)
+ * in one WriteBatch without fsync (store.h), then update the index.
+ */
+static dd_err_t op_transition(struct store *s, const char *fn,
+                              const char *op_id, unsigned states,
+                              uint64_t generation, int64_t now_ms,
+                              op_edit_fn *edit, const void *arg,
+                              const struct store_attempt *attempt,
+                              char *errstr, size_t errstr_size)
+{
+    struct idx_key k;
+    pthread_mutex_t *mu = stripe(s, op_id, &k);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    pthread_mutex_lock(mu);
+    struct store_op op;
+    dd_err_t err = fence(s, fn, op_id, states, generation, now_ms, &op, errstr,
+                         errstr_size);
+    if (!err)
+        err = edit(&op, arg, now_ms, op_id, errstr, errstr_size);
+    if (!err) {
+        lease_extend(s, &op, now_ms);
+        if (attempt)
+            attempts_stage(s, wb, op_id, attempt, 1, now_ms);
+        unsigned char vbuf[STORE_OP_VALUE_MAX];
+        size_t vlen = op_encode(&op, vbuf, sizeof(vbuf));
+        rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, strlen(op_id),
+                                  (const char *)vbuf, vlen);
+        char *rerr = NULL;
+        /* no fsync: the retry hook runs on the fetch engine's thread, which
+         * must not wait for the disk; the next group commit persists it */
+        rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
+        if (rerr) {
+            idx_write_failed(s);
+            err = rdb_fail(rerr, "rocksdb_write(ops)", op_id, errstr,
+                           errstr_size);
+        } else
+            idx_put_op(s, &k, &op, now_ms, IDX_UPSERT);
     }
-    idx_put_op(s, k, op, now_ms, IDX_UPSERT);
+    pthread_mutex_unlock(mu);
+    rocksdb_writebatch_destroy(wb);
+    return err;
+}
+
+struct retry_edit {
+    int64_t not_before_ms;
+    uint32_t attempts;
+    const char *category;
+};
+
+static dd_err_t edit_retry(struct store_op *op, const void *arg,
+                           int64_t now_ms, const char *op_id, char *errstr,
+                           size_t errstr_size)
+{
+    const struct retry_edit *r = arg;
+    (void)now_ms, (void)op_id, (void)errstr, (void)errstr_size;
+    op->state = STORE_OP_RETRYABLE;
+    op->not_before_ms = r->not_before_ms;
+    op->attempts = r->attempts;
+    snprintf(op->category, sizeof(op->category), "%s", r->category);
+    return DD_OK;
+}
+
+static dd_err_t edit_resume(struct store_op *op, const void *arg,
+                            int64_t now_ms, const char *op_id, char *errstr,
+                            size_t errstr_size)
+{
+    (void)arg;
+    if (now_ms < op->not_before_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_op_resume(%.64s): retryable not before %lld, "
+                      "%lld ms from now",
+                      op_id, (long long)op->not_before_ms,
+                      (long long)(op->not_before_ms - now_ms));
+        return DD_ERR_STATE;
+    }
+    op->state = STORE_OP_RUNNING;
+    op->not_before_ms = 0;
+    return DD_OK;
+}
+
+static dd_err_t edit_none(struct store_op *op, const void *arg, int64_t now_ms,
+                          const char *op_id, char *errstr, size_t errstr_size)
+{
+    (void)op, (void)arg, (void)now_ms, (void)op_id, (void)errstr,
+        (void)errstr_size;
     return DD_OK;
 }
 
@@ -2088,31 +2141,10 @@ dd_err_t store_op_retry(struct store *s, const char *op_id,
         if (err)
             return err;
     }
-    struct idx_key k;
-    pthread_mutex_t *mu = stripe(s, op_id, &k);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    pthread_mutex_lock(mu);
-    struct store_op op;
-    err = fence(s, "store_op_retry", op_id, ST_BIT(STORE_OP_RUNNING),
-                generation, now_ms, &op, errstr, errstr_size);
-    if (err)
-        goto out;
-    op.state = STORE_OP_RETRYABLE;
-    op.not_before_ms = not_before_ms;
-    op.attempts = attempts;
-    memcpy(op.category, category, clen + 1);
-    op.updated_at_ms = now_ms;
-    op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
-    if (op.expires_at_ms < op.lease_expires_at_ms)
-        op.expires_at_ms = op.lease_expires_at_ms;
-    if (attempt)
-        attempts_stage(s, wb, op_id, attempt, 1, now_ms);
-    err = op_write_batch(s, wb, "rocksdb_write(ops retryable)", op_id, &k, &op,
-                         now_ms, errstr, errstr_size);
-out:
-    pthread_mutex_unlock(mu);
-    rocksdb_writebatch_destroy(wb);
-    return err;
+    struct retry_edit r = {not_before_ms, attempts, category};
+    return op_transition(s, "store_op_retry", op_id, ST_BIT(STORE_OP_RUNNING),
+                         generation, now_ms, edit_retry, &r, attempt, errstr,
+                         errstr_size);
 }
 
 dd_err_t store_op_resume(struct store *s, const char *op_id,
@@ -2122,36 +2154,21 @@ dd_err_t store_op_resume(struct store *s, const char *op_id,
     dd_err_t err = check_op_id("store_op_resume", op_id, errstr, errstr_size);
     if (err)
         return err;
-    struct idx_key k;
-    pthread_mutex_t *mu = stripe(s, op_id, &k);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    pthread_mutex_lock(mu);
-    struct store_op op;
-    err = fence(s, "store_op_resume", op_id, ST_BIT(STORE_OP_RETRYABLE),
-                generation, now_ms, &op, errstr, errstr_size);
+    return op_transition(s, "store_op_resume", op_id,
+                         ST_BIT(STORE_OP_RETRYABLE), generation, now_ms,
+                         edit_resume, NULL, NULL, errstr, errstr_size);
+}
+
+dd_err_t store_lease_renew(struct store *s, const char *op_id,
+                           uint64_t generation, int64_t now_ms, char *errstr,
+                           size_t errstr_size)
+{
+    dd_err_t err = check_op_id("store_lease_renew", op_id, errstr,
+                               errstr_size);
     if (err)
-        goto out;
-    if (now_ms < op.not_before_ms) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store_op_resume(%.64s): retryable not before %lld, "
-                      "%lld ms from now",
-                      op_id, (long long)op.not_before_ms,
-                      (long long)(op.not_before_ms - now_ms));
-        err = DD_ERR_STATE;
-        goto out;
-    }
-    op.state = STORE_OP_RUNNING;
-    op.not_before_ms = 0;
-    op.updated_at_ms = now_ms;
-    op.lease_expires_at_ms = add_ms(now_ms, s->lease_ms);
-    if (op.expires_at_ms < op.lease_expires_at_ms)
-        op.expires_at_ms = op.lease_expires_at_ms;
-    err = op_write_batch(s, wb, "rocksdb_write(ops resume)", op_id, &k, &op,
-                         now_ms, errstr, errstr_size);
-out:
-    pthread_mutex_unlock(mu);
-    rocksdb_writebatch_destroy(wb);
-    return err;
+        return err;
+    return op_transition(s, "store_lease_renew", op_id, ST_LIVE, generation,
+                         now_ms, edit_none, NULL, NULL, errstr, errstr_size);
 }
 
 /* Arguments of a completion that do not depend on the stored record. */

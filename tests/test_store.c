@@ -1253,6 +1253,19 @@ START_TEST(test_store_attempts_put_get_in_number_order_and_expire)
 }
 END_TEST
 
+static dd_err_t retry_rc(const char *op_id, uint64_t gen, int64_t not_before,
+                         uint32_t attempts, const char *category,
+                         const struct store_attempt *a, int64_t now)
+{
+    return store_op_retry(g_st, op_id, gen, not_before, attempts, category, a,
+                          now, g_err, sizeof(g_err));
+}
+
+static dd_err_t resume_rc(const char *op_id, uint64_t gen, int64_t now)
+{
+    return store_op_resume(g_st, op_id, gen, now, g_err, sizeof(g_err));
+}
+
 /* running -> retryable -> running -> complete, with every illegal step of
  * the way refused (DESIGN.md section 4). */
 START_TEST(test_store_retryable_transitions_and_illegal_ones)
@@ -1261,25 +1274,21 @@ START_TEST(test_store_retryable_transitions_and_illegal_ones)
     struct store_attempt a1 = attempt(1, 429, "throttled", "HTTP 429");
     ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
     /* resume of a running op: illegal */
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 1, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 1, T0 + 1),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_resume(op-1): op is running, not "
                             "retryable");
     /* stale generation, empty category: refused, nothing written */
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 2, T0 + 5000, 1, "throttled",
-                                    &a1, T0 + 10, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 2, T0 + 5000, 1, "throttled", &a1, T0 + 10),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_retry(op-1): stale generation 2, "
                             "current 1");
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 5000, 1, "", &a1,
-                                    T0 + 10, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 5000, 1, "", &a1, T0 + 10),
                      DD_ERR_INVAL);
     ck_assert(get("op-1", T0 + 10, &op));
     ck_assert_int_eq(op.state, STORE_OP_RUNNING);
 
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 5000, 1, "throttled",
-                                    &a1, T0 + 10, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 5000, 1, "throttled", &a1, T0 + 10),
                      DD_OK);
     ck_assert(get("op-1", T0 + 11, &op));
     ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
@@ -1301,8 +1310,7 @@ START_TEST(test_store_retryable_transitions_and_illegal_ones)
     enum store_op_state ist;
     ck_assert(!store_index_duplicate(g_st, "op-1", 4, H1, T0 + 12, &ist));
     /* retry of a retryable op: illegal; the lease renews while it waits */
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 6000, 2, "throttled",
-                                    NULL, T0 + 13, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 6000, 2, "throttled", NULL, T0 + 13),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_retry(op-1): op is retryable, not "
                             "running");
@@ -1310,16 +1318,13 @@ START_TEST(test_store_retryable_transitions_and_illegal_ones)
                                        sizeof(g_err)),
                      DD_OK);
     /* resume before not_before: illegal */
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 4999, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 1, T0 + 4999),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_resume(op-1): retryable not before "
                             "1005000, 1 ms from now");
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 2, T0 + 5000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 2, T0 + 5000),
                      DD_ERR_STATE);
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 5000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 1, T0 + 5000),
                      DD_OK);
     ck_assert(get("op-1", T0 + 5001, &op));
     ck_assert_int_eq(op.state, STORE_OP_RUNNING);
@@ -1329,13 +1334,11 @@ START_TEST(test_store_retryable_transitions_and_illegal_ones)
     ck_assert(get("op-1", T0 + 5101, &op));
     ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
     /* a finished op: neither retry nor resume */
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 9000, 2, "throttled",
-                                    NULL, T0 + 5200, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 9000, 2, "throttled", NULL, T0 + 5200),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_retry(op-1): op is complete, not "
                             "running");
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 1, T0 + 9000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 1, T0 + 9000),
                      DD_ERR_STATE);
 }
 END_TEST
@@ -1346,9 +1349,7 @@ START_TEST(test_store_retryable_fails_from_wait_and_fences_others)
 {
     struct store_op op;
     ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 3000, 3,
-                                    "server_error", NULL, T0 + 10, g_err,
-                                    sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 3000, 3, "server_error", NULL, T0 + 10),
                      DD_OK);
     uint64_t seq = 0;
     ck_assert_int_eq(store_complete(g_st, "op-1", 2, STORE_OP_FAILED, "timeout",
@@ -1366,15 +1367,13 @@ START_TEST(test_store_retryable_fails_from_wait_and_fences_others)
     ck_assert_int_eq(op.expires_at_ms, T0 + 20 + FAILED_TTL);
 
     ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
-    ck_assert_int_eq(store_op_retry(g_st, "op-2", 1, T0 + 3000, 1, "connect",
-                                    NULL, T0 + 10, g_err, sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-2", 1, T0 + 3000, 1, "connect", NULL, T0 + 10),
                      DD_OK);
     reopen_as("b", "r1");
     ck_assert(get("op-2", T0 + 11, &op));
     ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
     ck_assert_int_eq(op.not_before_ms, T0 + 3000);
-    ck_assert_int_eq(store_op_resume(g_st, "op-2", 1, T0 + 3000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-2", 1, T0 + 3000),
                      DD_ERR_STATE);
     ck_assert_str_eq(g_err, "store_op_resume(op-2): lease held by a#r1, not "
                             "by this run b#r1");
@@ -1389,9 +1388,7 @@ START_TEST(test_store_retryable_reclaimed_keeps_not_before)
 {
     struct store_op op;
     ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
-    ck_assert_int_eq(store_op_retry(g_st, "op-1", 1, T0 + 30000, 2,
-                                    "throttled", NULL, T0 + 10, g_err,
-                                    sizeof(g_err)),
+    ck_assert_int_eq(retry_rc("op-1", 1, T0 + 30000, 2, "throttled", NULL, T0 + 10),
                      DD_OK);
     reopen_as("a", "r2"); /* a restart: the lease of a#r1 is void */
     ck_assert_int_eq(claim("op-1", H1, T0 + 100, &op), STORE_CLAIM_RECLAIMED);
@@ -1406,14 +1403,11 @@ START_TEST(test_store_retryable_reclaimed_keeps_not_before)
     ck_assert_int_eq(op.state, STORE_OP_RETRYABLE);
     ck_assert_uint_eq(op.generation, 3);
     ck_assert_int_eq(op.not_before_ms, T0 + 30000);
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 2, T0 + 30000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 2, T0 + 30000),
                      DD_ERR_STATE);
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 3, T0 + 29999, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 3, T0 + 29999),
                      DD_ERR_STATE);
-    ck_assert_int_eq(store_op_resume(g_st, "op-1", 3, T0 + 30000, g_err,
-                                     sizeof(g_err)),
+    ck_assert_int_eq(resume_rc("op-1", 3, T0 + 30000),
                      DD_OK);
     ck_assert(get("op-1", T0 + 30001, &op));
     ck_assert_int_eq(op.state, STORE_OP_RUNNING);
