@@ -37,8 +37,10 @@
 #   KAFKA_PORT=19092 KAFKA_CONTROLLER_PORT=19093 KAFKA_HEAP=512m
 #   KAFKA_KEEP_DATA=0                    1: a broker started again keeps its data.  By
 #                 default `up` starting the broker (not running) begins from empty
-#                 data: after a kill -9 a broker holding the thousands of partitions
-#                 a few test runs leave spends minutes in log recovery.
+#                 data, a new cluster (new cluster.id: state kept for the old one,
+#                 such as the demo's, can tell): after a kill -9 a broker holding the
+#                 thousands of partitions a few test runs leave spends minutes in
+#                 log recovery.
 #   TOPIC_PARTITIONS=4
 #   ORIGIN_PORT=18080 THROTTLE_RATE=20 (requests/s) THROTTLE_BURST=10
 #   PROXY_PORT=18888 PROXY_EXIT_ADDRS="127.0.0.2 127.0.0.3"
@@ -285,7 +287,7 @@ kafka_start() {
   if [ "${KAFKA_KEEP_DATA:-0}" != 1 ] && [ -d "$KDIR/data" ] &&
      [ -n "$(ls -A "$KDIR/data" 2>/dev/null)" ]; then
     log "kafka: starting from empty data (was $(du -sh "$KDIR/data" 2>/dev/null | cut -f1); KAFKA_KEEP_DATA=1 keeps it)"
-    rm -rf "$KDIR/data"
+    rm -rf "$KDIR/data" "$KDIR/cluster.id"
     mkdir -p "$KDIR/data"
   fi
   if [ ! -f "$KDIR/data/meta.properties" ]; then

@@ -27,8 +27,10 @@ struct cfg_option {
 
 static const struct cfg_option cfg_options[] = {
     {"instance.id", CFG_STR, CFG_OFF(instance_id), 0, 0, "", "",
-     0, "Instance name used in lease owners and as group.instance.id when set; "
-        "empty = $POD_NAME, else the host name."},
+     0, "Instance name used in lease owners (a restart of the same instance "
+        "takes its ops back at once); empty = $POD_NAME, else the host name. "
+        "Static membership is kafka.group.instance.id (the helm chart sets it "
+        "to the pod name)."},
     {"broker.bootstrap_servers", CFG_STR, CFG_OFF(bootstrap_servers), 0, 0,
      "127.0.0.1:19092", "", 0, "Kafka bootstrap servers (host:port,...)."},
     {"broker.sasl_username", CFG_STR, CFG_OFF(sasl_username), 0, 0, "", "", 0,
@@ -228,21 +230,26 @@ static void list_push(struct cfg_strlist *l, const char *s)
 }
 
 /* Split comma-separated text into a list (items trimmed, empty ones skipped). */
+/* A list from the environment: items separated by commas or white space
+ * (none of the list options' items can hold either), so both
+ * "a,b" and "a b" (what `scripts/stack.sh env` prints) work. */
+static bool list_sep(char c)
+{
+    return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
 static void list_set_csv(struct cfg_strlist *l, const char *text)
 {
     list_free(l);
     const char *p = text;
     while (*p) {
-        while (*p == ' ' || *p == ',')
+        while (*p && list_sep(*p))
             p++;
         const char *e = p;
-        while (*e && *e != ',')
+        while (*e && !list_sep(*e))
             e++;
-        const char *t = e;
-        while (t > p && t[-1] == ' ')
-            t--;
-        if (t > p) {
-            char *s = strndup(p, (size_t)(t - p));
+        if (e > p) {
+            char *s = strndup(p, (size_t)(e - p));
             list_push(l, s);
             free(s);
         }

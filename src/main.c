@@ -68,8 +68,9 @@ static const char *usage_text =
     "  forget  -c FILE OP_ID              drop an op: its next job is fetched again\n"
     "  redrive -c FILE [--dry-run] [--all]  DLQ records back to the jobs topic\n"
     "          (valid ones re-keyed by op_id; still-invalid ones kept unless --all)\n"
-    "  topics  -c FILE [--partitions N] [--shadow]   create the configured\n"
-    "          topics (--shadow: the shadow.* output topics of run --shadow)\n"
+    "  topics  -c FILE [--partitions N] [--replication-factor N] [--shadow]\n"
+    "          create the configured topics if missing (4 partitions; replication\n"
+    "          factor: the broker's default; --shadow: the shadow.* output topics)\n"
     "  config  -c FILE --dump | --doc\n"
     "  version\n"
     "\n"
@@ -538,22 +539,26 @@ static int cmd_key(int argc, char **argv)
 /* ---- topics -------------------------------------------------------------- */
 
 /* Create the configured topics (jobs, results, conflicts, dlq) if missing,
- * with the Admin API (rd_kafka_CreateTopics).  An existing topic is fine. */
+ * with the Admin API (rd_kafka_CreateTopics).  An existing topic is fine.
+ * Replication factor -1 = the broker's default.replication.factor (KIP-464,
+ * Kafka brokers >= 2.4.0; rd_kafka_NewTopic_new). */
 static int cmd_topics(int argc, char **argv)
 {
     static const struct option lo[] = {
         {"config", required_argument, 0, 'c'},
         {"partitions", required_argument, 0, 'p'},
+        {"replication-factor", required_argument, 0, 'r'},
         {"shadow", no_argument, 0, 's'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
     bool shadow = false;
-    int partitions = 4, c;
-    while ((c = getopt_long(argc, argv, "c:p:h", lo, NULL)) != -1) {
+    int partitions = 4, replication = -1, c;
+    while ((c = getopt_long(argc, argv, "c:p:r:h", lo, NULL)) != -1) {
         switch (c) {
         case 'c': path = optarg; break;
         case 'p': partitions = atoi(optarg); break;
+        case 'r': replication = atoi(optarg); break;
         case 's': shadow = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -561,6 +566,11 @@ static int cmd_topics(int argc, char **argv)
     }
     if (partitions < 1 || partitions > 10000) {
         fprintf(stderr, "dedupd: topics: --partitions must be 1..10000\n");
+        return EXIT_USAGE;
+    }
+    if (replication != -1 && (replication < 1 || replication > 32)) {
+        fprintf(stderr, "dedupd: topics: --replication-factor must be 1..32 "
+                        "(or -1: the broker's default.replication.factor)\n");
         return EXIT_USAGE;
     }
     struct cfg *cfg = load_cfg(path);
@@ -587,7 +597,8 @@ static int cmd_topics(int argc, char **argv)
                            cfg->topic_conflicts, cfg->topic_dlq};
     rd_kafka_NewTopic_t *nt[4];
     for (int i = 0; i < 4; i++)
-        nt[i] = rd_kafka_NewTopic_new(names[i], partitions, 1, ke, sizeof(ke));
+        nt[i] = rd_kafka_NewTopic_new(names[i], partitions, replication, ke,
+                                      sizeof(ke));
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
     rd_kafka_CreateTopics(rk, nt, 4, NULL, q);
     rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
@@ -628,9 +639,22 @@ static int cmd_topics(int argc, char **argv)
 
 /* ---- inspect, forget ------------------------------------------------------ */
 
-static struct store *open_store_for_cli(const struct cfg *cfg)
+/* Open the store of inspect/forget.  *rc: EXIT_NOT_FOUND when there is no
+ * store at store.path (never created there: nothing to answer from), else
+ * EXIT_RUNTIME; a store that `run` holds (RocksDB's LOCK) says so. */
+static struct store *open_store_for_cli(const struct cfg *cfg, int *rc)
 {
     char e[DD_ERRSTR_SIZE], run_id[32];
+    char current[4096];
+    snprintf(current, sizeof(current), "%s/CURRENT", cfg->store_path);
+    if (access(current, F_OK) != 0) {
+        fprintf(stderr, "dedupd: no store at %s (store.path; a relative path "
+                        "is taken from the current directory)\n",
+                cfg->store_path);
+        *rc = EXIT_NOT_FOUND;
+        return NULL;
+    }
+    *rc = EXIT_RUNTIME;
     snprintf(run_id, sizeof(run_id), "cli%lld", (long long)now_ms());
     struct store_conf sc = {.path = cfg->store_path,
                             .instance = cfg->instance_id,
@@ -643,6 +667,10 @@ static struct store *open_store_for_cli(const struct cfg *cfg)
     struct store *st = NULL;
     if (store_open(&sc, &st, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
+        if (strstr(e, "LOCK"))
+            fprintf(stderr, "dedupd: the store is in use, most likely by "
+                            "`dedupd run`; while it runs, ask it: GET "
+                            "/v1/ops/{op_id} on its api listener\n");
         return NULL;
     }
     return st;
@@ -690,10 +718,11 @@ static int cmd_inspect(int argc, char **argv)
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    struct store *st = open_store_for_cli(cfg);
+    int orc = 0;
+    struct store *st = open_store_for_cli(cfg, &orc);
     if (!st) {
         cfg_destroy(cfg);
-        return EXIT_RUNTIME;
+        return orc;
     }
     char e[DD_ERRSTR_SIZE];
     struct store_op op;
@@ -817,10 +846,11 @@ static int cmd_forget(int argc, char **argv)
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    struct store *st = open_store_for_cli(cfg);
+    int orc = 0;
+    struct store *st = open_store_for_cli(cfg, &orc);
     if (!st) {
         cfg_destroy(cfg);
-        return EXIT_RUNTIME;
+        return orc;
     }
     char e[DD_ERRSTR_SIZE];
     bool found = false;

@@ -58,6 +58,8 @@
 #include "store.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -1408,8 +1410,46 @@ static bool is_ttl_cf(int i)
 }
 
 /* Open with our CFs plus any a newer layout added (so its meta is readable). */
+/* mkdir -p of the directories above \p path (RocksDB creates only the last
+ * one): a store.path such as ".dedupd/store" works in a fresh checkout. */
+static dd_err_t make_parents(const char *path, char *errstr,
+                             size_t errstr_size)
+{
+    char *p = strdup(path);
+    if (!p) {
+        dd_errstr_set(errstr, errstr_size, "store_open(%s): out of memory",
+                      path);
+        return DD_ERR_NOMEM;
+    }
+    dd_err_t err = DD_OK;
+    char *slash = strrchr(p, '/');
+    if (slash)
+        *slash = '\0';
+    for (char *q = p + 1; slash && *p; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        char c = *q;
+        *q = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store_open(%s): cannot create directory %s: %s",
+                          path, p, strerror(errno));
+            err = DD_ERR_IO;
+            break;
+        }
+        *q = c;
+        if (!c)
+            break;
+    }
+    free(p);
+    return err;
+}
+
 static dd_err_t db_open(struct store *s, char *errstr, size_t errstr_size)
 {
+    dd_err_t perr = make_parents(s->path, errstr, errstr_size);
+    if (perr)
+        return perr;
     dd_err_t err = DD_OK;
     char *rerr = NULL;
     size_t listed_n = 0;

@@ -67,6 +67,23 @@ START_TEST(test_config_nested_file_and_env_override)
 }
 END_TEST
 
+/* A list from the environment splits on commas and on white space (what
+ * `scripts/stack.sh env` prints for PROXY_EXITS). */
+START_TEST(test_config_env_list_commas_or_spaces)
+{
+    char *env[] = {"DEDUPD_PROXY__EXITS= http://127.0.0.2:18888  http://127.0.0.3:18888,"
+                   "http://127.0.0.4:18888 ,",
+                   NULL};
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load("{}", env, &cfg), DD_OK);
+    ck_assert_uint_eq(cfg->proxy_exits.n, 3);
+    ck_assert_str_eq(cfg->proxy_exits.v[0], "http://127.0.0.2:18888");
+    ck_assert_str_eq(cfg->proxy_exits.v[1], "http://127.0.0.3:18888");
+    ck_assert_str_eq(cfg->proxy_exits.v[2], "http://127.0.0.4:18888");
+    cfg_destroy(cfg);
+}
+END_TEST
+
 START_TEST(test_config_unknown_key_names_file_and_key)
 {
     expect_error("{\"fetch\": {\"timeout\": 5}}", NULL, ": fetch.timeout: unknown option");
@@ -330,6 +347,7 @@ Suite *config_suite(void)
     TCase *tc = tcase_create("load");
     tcase_add_test(tc, test_config_defaults_load);
     tcase_add_test(tc, test_config_nested_file_and_env_override);
+    tcase_add_test(tc, test_config_env_list_commas_or_spaces);
     suite_add_tcase(s, tc);
     tc = tcase_create("errors");
     tcase_add_test(tc, test_config_unknown_key_names_file_and_key);

@@ -550,6 +550,23 @@ START_TEST(test_store_reopen_new_run_reclaims_at_once)
 }
 END_TEST
 
+/* store.path's missing parent directories are created (RocksDB makes only
+ * the last one). */
+START_TEST(test_store_open_creates_parent_directories)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "%s/x/y/store", g_dir);
+    struct store_conf conf = {.path = path, .instance = "a", .run_id = "r1"};
+    struct store *st = NULL;
+    ck_assert_msg(store_open(&conf, &st, g_err, sizeof(g_err)) == DD_OK,
+                  "store_open: %s", g_err);
+    store_close(st);
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/x/y/store/CURRENT", g_dir);
+    ck_assert_int_eq(stat(path, &sb), 0);
+}
+END_TEST
+
 START_TEST(test_store_open_rejects_bad_conf)
 {
     struct store *st = NULL;
@@ -2671,6 +2688,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_lease_expiry_reclaims_generation_2);
     tcase_add_test(tc, test_store_reopen_new_run_reclaims_at_once);
     tcase_add_test(tc, test_store_open_rejects_bad_conf);
+    tcase_add_test(tc, test_store_open_creates_parent_directories);
     suite_add_tcase(s, tc);
 
     tc = tcase("outbox");
