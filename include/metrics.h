@@ -80,6 +80,7 @@ enum metrics_counter {
     METRICS_HOST_WAITS,              /**< dedupd_host_waits_total */
     METRICS_PROXY_AUTH_SUSPENSIONS,  /**< dedupd_proxy_auth_suspensions_total */
     METRICS_RETRY_WAITS,             /**< dedupd_retry_waits_total */
+    METRICS_PRODUCER_RESETS,         /**< dedupd_producer_resets_total */
     METRICS_COUNTER__N
 };
 

@@ -11,6 +11,7 @@
 #ifndef DEDUPD_PRODUCER_H
 #define DEDUPD_PRODUCER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,6 +67,30 @@ int producer_outq_len(struct producer *p);
  * @returns DD_OK; DD_ERR_TIMEOUT.
  */
 dd_err_t producer_flush(struct producer *p, int timeout_ms) DD_WUR;
+
+/**
+ * @brief Has the producer hit a fatal error?  After one (librdkafka's
+ *        idempotent producer before 2.3.0 can hit one after a disconnect,
+ *        librdkafka issue 4438; DESIGN.md section 6) it accepts nothing more:
+ *        the caller purges it, destroys it and creates a new one.
+ */
+bool producer_fatal(struct producer *p);
+
+/**
+ * @brief Drop every message not yet acknowledged (queued and in flight,
+ *        rd_kafka_purge) and serve their delivery reports now: each comes
+ *        back to the \p dr callback with DD_ERR_TRANSIENT ("Purged ..."), so
+ *        the caller can send it again through another producer.  Waits at
+ *        most about 1 s for the reports.
+ */
+void producer_purge(struct producer *p);
+
+/**
+ * @brief Test hook: raise a fatal error as the broker would
+ *        (rd_kafka_test_fatal_error, OUT_OF_ORDER_SEQUENCE_NUMBER).
+ * @returns DD_OK; DD_ERR_STATE (already fatal, or not idempotent).
+ */
+dd_err_t producer_test_fatal(struct producer *p, const char *reason) DD_WUR;
 
 /** @brief Destroy (after a flush by the caller); NULL is a no-op. */
 void producer_destroy(struct producer *p);

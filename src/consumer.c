@@ -134,6 +134,8 @@ struct pipeline {
     size_t pending_out;   /* produced, not yet acknowledged */
     struct opctx *await;  /* results acknowledged whose completion is not
                              fsync'd yet (group commit): their offsets wait */
+    bool purging;         /* producer_reset: reports of purged messages */
+    long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
     int64_t next_gauges_ms;
@@ -438,8 +440,9 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
     (void)offset;
     pl->pending_out--;
     if (err) {
-        log_msg(LOG_WARNING, "producer", "delivery to %s failed (%s); retrying",
-                m->topic, errtext);
+        if (!pl->purging)
+            log_msg(LOG_WARNING, "producer",
+                    "delivery to %s failed (%s); retrying", m->topic, errtext);
         m->retry_at_ms = now_ms() + 1000;
         m->next = pl->retry;
         pl->retry = m;
@@ -1700,6 +1703,54 @@ static bool all_eof(struct pipeline *pl)
     return any;
 }
 
+/*
+ * A fatal producer error (librdkafka's idempotent producer before 2.3.0 can
+ * hit one after a broker disconnect, librdkafka issue 4438; DESIGN.md section
+ * 6): the producer accepts nothing more.  Purge it (every message it holds
+ * comes back through dr_cb onto the retry list), destroy it and send them
+ * again through a new one.  Results keep their event_key, so a copy that had
+ * reached the topic before the error is dropped downstream; nothing is lost,
+ * since offsets move only on acknowledgements.
+ *
+ * Failpoint for the test of this path (tests/integration/it_producer_fatal.sh):
+ * DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER=N raises one fatal error
+ * (rd_kafka_test_fatal_error) once N results were acknowledged, at a moment
+ * when messages are in flight.
+ */
+static void producer_reset(struct pipeline *pl)
+{
+    size_t held = pl->pending_out;
+    pl->purging = true;
+    producer_purge(pl->prod);
+    pl->purging = false;
+    struct producer *np = NULL;
+    char e[DD_ERRSTR_SIZE];
+    if (producer_new(pl->cfg, dr_cb, &np, e, sizeof(e))) {
+        log_msg(LOG_ERR, "producer", "recreating the producer: %s; trying again", e);
+        return;
+    }
+    producer_destroy(pl->prod);
+    pl->prod = np;
+    metrics_add(METRICS_PRODUCER_RESETS, 1);
+    log_msg(LOG_ERR, "producer",
+            "fatal producer error: producer recreated; %zu messages it held "
+            "(%zu still unacknowledged) are sent again",
+            held, pl->pending_out);
+}
+
+static void producer_check(struct pipeline *pl)
+{
+    if (pl->fail_fatal_after >= 0 && pl->pending_out > 0 &&
+        pl->st->results >= (uint64_t)pl->fail_fatal_after) {
+        pl->fail_fatal_after = -1;
+        if (producer_test_fatal(pl->prod, "failpoint "
+                                "DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER"))
+            log_msg(LOG_WARNING, "producer", "failpoint: no fatal error raised");
+    }
+    if (producer_fatal(pl->prod))
+        producer_reset(pl);
+}
+
 /* Finish the acknowledged ops whose completion the group commit has made
  * durable since: their messages' offsets move on. */
 static void release_durable(struct pipeline *pl)
@@ -1768,6 +1819,10 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     if (err)
         goto out;
     err = producer_new(cfg, dr_cb, &pl->prod, errstr, errstr_size);
+    {
+        const char *fp = getenv("DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER");
+        pl->fail_fatal_after = fp && *fp ? atol(fp) : -1;
+    }
     if (err)
         goto out;
     if (cfg->api_listen[0]) {
@@ -1879,6 +1934,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         if (pl->fetch)
             drain_fetched(pl, 0);
         producer_poll(pl->prod, 0);
+        producer_check(pl);
         retry_due(pl);
         recheck_blocked(pl);
         renew_leases(pl);

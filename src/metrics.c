@@ -76,6 +76,8 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Provider credential sets suspended after the proxy refused them (407, SOCKS5 auth)."},
     [METRICS_RETRY_WAITS] = {"dedupd_retry_waits_total",
         "Failed attempts followed by a retry wait (the op was retryable)."},
+    [METRICS_PRODUCER_RESETS] = {"dedupd_producer_resets_total",
+        "Producers recreated after a fatal producer error (their messages sent again)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {

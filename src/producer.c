@@ -1,6 +1,7 @@
 #include "producer.h"
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@
 struct producer {
     rd_kafka_t *rk;
     producer_dr_cb *dr;
+    atomic_bool fatal;    /* set by error_cb on RD_KAFKA_RESP_ERR__FATAL */
 };
 
 static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque)
@@ -26,11 +28,12 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_op
 
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void)opaque;
+    struct producer *p = opaque;
     if (err == RD_KAFKA_RESP_ERR__FATAL) {
         char buf[512];
         rd_kafka_fatal_error(rk, buf, sizeof(buf));
         log_msg(LOG_CRIT, "producer", "fatal producer error: %s", buf);
+        atomic_store(&p->fatal, true);
         return;
     }
     log_msg(LOG_WARNING, "producer", "%s: %s",
@@ -115,6 +118,28 @@ int producer_outq_len(struct producer *p)
 dd_err_t producer_flush(struct producer *p, int timeout_ms)
 {
     return rd_kafka_flush(p->rk, timeout_ms) ? DD_ERR_TIMEOUT : DD_OK;
+}
+
+bool producer_fatal(struct producer *p)
+{
+    return atomic_load(&p->fatal);
+}
+
+void producer_purge(struct producer *p)
+{
+    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    /* the purged messages' reports (ERR__PURGE_QUEUE / _INFLIGHT) */
+    for (int i = 0; i < 100 && rd_kafka_outq_len(p->rk) > 0; i++)
+        rd_kafka_poll(p->rk, 10);
+    rd_kafka_poll(p->rk, 0);
+}
+
+dd_err_t producer_test_fatal(struct producer *p, const char *reason)
+{
+    return rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                     reason)
+               ? DD_ERR_STATE
+               : DD_OK;
 }
 
 void producer_destroy(struct producer *p)

@@ -169,6 +169,7 @@ START_TEST(test_metrics_required_series_present_at_zero)
         "dedupd_host_waits_total",
         "dedupd_proxy_auth_suspensions_total",
         "dedupd_retry_waits_total",
+        "dedupd_producer_resets_total",
         "dedupd_job_attempts_count",
         "dedupd_fetch_duration_seconds_count",
         "dedupd_job_latency_seconds_count",
