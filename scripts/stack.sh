@@ -29,6 +29,8 @@
 #   env           shell assignments for tests: eval "$(scripts/stack.sh env)"
 #   topics-reset  delete and recreate the stack's topics (empty topics).  Tests that
 #                 only need isolation can use their own consumer group instead.
+#   kafka-restart [SECONDS]  stop the broker cleanly, keep it down SECONDS, start
+#                 it again with its data (broker outage tests)
 #
 # Environment (defaults):
 #   DEDUPD_STACK_DIR=/tmp/dedupd-stack   run dir: configs, logs, pid files, Kafka data
@@ -940,6 +942,17 @@ cmd_up() {
   cmd_status
   echo "stack: up in $((SECONDS - t0))s, run dir $STACK_DIR; eval \"\$($0 env)\" for the addresses"
 }
+# kafka-restart [SECONDS]: stop the broker cleanly, leave it down SECONDS (0),
+# start it again with its data (for outage tests; a clean stop recovers fast).
+cmd_kafka_restart() {
+  with_lock
+  pid_alive "$KPID" "$KPAT" || die "kafka is not running (scripts/stack.sh up)"
+  stop_pid "$KPID" "$KPAT" kafka 60
+  sleep "${1:-0}"
+  KAFKA_KEEP_DATA=1 kafka_start
+  kafka_wait
+  log "kafka restarted"
+}
 cmd_down() {
   local purge=0 a f
   [ "${1:-}" = --purge ] && purge=1
@@ -1050,5 +1063,6 @@ case "${1:-}" in
   status) cmd_status ;;
   env) cmd_env ;;
   topics-reset) with_lock; topics_reset ;;
-  *) echo "usage: $0 up|down [--purge]|status|env|topics-reset" >&2; exit 2 ;;
+  kafka-restart) shift; cmd_kafka_restart "$@" ;;
+  *) echo "usage: $0 up|down [--purge]|status|env|topics-reset|kafka-restart [SECONDS]" >&2; exit 2 ;;
 esac
