@@ -1623,6 +1623,19 @@ static int http_submit(void *opaque, const char *idempotency_key, const void *bo
         }
         began = true;
     }
+    if (producer_fatal(pl->api_prod)) {
+        /* As producer_reset for results: this thread is its only user, and
+         * every request flushes, so nothing is held but a failed send. */
+        struct producer *np = NULL;
+        if (producer_new(pl->cfg, api_dr, &np, e, sizeof(e)) == DD_OK) {
+            producer_purge(pl->api_prod);
+            producer_destroy(pl->api_prod);
+            pl->api_prod = np;
+            metrics_add(METRICS_PRODUCER_RESETS, 1);
+            log_msg(LOG_ERR, "http", "fatal producer error: the job API's "
+                    "producer was recreated");
+        }
+    }
     struct api_delivery d = {0};
     struct producer_header h[2] = {{"dedupd-op-id", job->op_id},
                                    {"dedupd-request-hash", job->request_hash}};
@@ -1827,6 +1840,13 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         goto out;
     if (cfg->api_listen[0]) {
         err = producer_new(cfg, api_dr, &pl->api_prod, errstr, errstr_size);
+        /* Failpoint of the job API producer's reset (it_admin): a fatal
+         * error before the first POST /v1/jobs. */
+        const char *fp = getenv("DEDUPD_FAILPOINT_API_PRODUCER_FATAL");
+        if (!err && fp && !strcmp(fp, "1") &&
+            producer_test_fatal(pl->api_prod, "failpoint "
+                                "DEDUPD_FAILPOINT_API_PRODUCER_FATAL"))
+            log_msg(LOG_WARNING, "http", "failpoint: no fatal error raised");
         if (err)
             goto out;
     }

@@ -122,7 +122,9 @@ dd_err_t producer_flush(struct producer *p, int timeout_ms)
 
 bool producer_fatal(struct producer *p)
 {
-    return atomic_load(&p->fatal);
+    /* the error_cb flag, or librdkafka's state before that event is served */
+    return atomic_load(&p->fatal) ||
+           rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
 void producer_purge(struct producer *p)

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The admin and api listeners of a running dedupd: /healthz, /readyz, /metrics
 # (Prometheus text, checked by promtool when present, with the job counters of
-# this run), GET /v1/ops/{op_id} with the bearer token, and a clean, quick
-# shutdown on SIGTERM.
+# this run), GET /v1/ops/{op_id} with the bearer token, POST /v1/jobs (its
+# producer starting in a fatal state: recreated), and a clean, quick shutdown
+# on SIGTERM.
 source "$(dirname "$0")/lib.sh"
 token="tok-$RANDOM-secret"
 export DEDUPD_API__TOKEN=$token
 pages 5 | jq -Rc '{url: .}' > "$WORK/jobs.ndjson"
 pages 5 | jq -Rc '{url: .}' >> "$WORK/jobs.ndjson"
 submit "$WORK/jobs.ndjson" > "$WORK/receipts.ndjson"
-"$DEDUPD" run -c "$CFG" 2> "$WORK/run.log" &
+# The job API's producer starts in a fatal state (failpoint): the first POST
+# /v1/jobs must recreate it and succeed.
+DEDUPD_FAILPOINT_API_PRODUCER_FATAL=1 "$DEDUPD" run -c "$CFG" 2> "$WORK/run.log" &
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT
 admin="" api=""
@@ -65,6 +68,9 @@ post() { # post KEY BODY -> "status body" (headers in $WORK/h)
 }
 expect_eq "$(post "k-$T" "{\"url\":\"$u\"}")" 202 "POST /v1/jobs"
 expect_eq "$(jq -r .op_id "$WORK/b")" "api:k-$T" "receipt op_id is scope:key"
+grep -q "the job API's producer was recreated" "$WORK/run.log" ||
+  fail "the API producer's fatal error was not handled by a reset"
+ok "the job API's producer recreated after its fatal error"
 first=$(cat "$WORK/b")
 expect_eq "$(post "k-$T" "{\"url\":\"$u\"}")" 202 "same key, same payload: replay"
 expect_eq "$(cat "$WORK/b")" "$first" "the replay is the stored receipt"
