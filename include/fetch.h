@@ -113,7 +113,7 @@ struct fetch_req {
     const char *rotation;             /**< "sticky", "timed", "per_request" or
                                            NULL (any): only sessions of
                                            providers with that mode serve it;
-                                           per_request also opens a new
+                                           per_request also opens a new proxy
                                            connection for every attempt.
                                            Plain exits and direct serve any
                                            job.  When no session can serve
@@ -232,7 +232,9 @@ enum fetch_retry_event {
  * Retry hook: called on the engine thread, in order, once per failed attempt
  * that the op will retry (WAIT) and when that retry starts (START).  An op
  * that fails for good, or whose deadline passes while it waits, gets no START:
- * its result follows.  Must return quickly and must not call the engine.
+ * its result follows.  A workflow restarted by the launcher itself (its exit
+ * changed, or its bound session cools down, with no attempt failing) reports
+ * nothing.  Must return quickly and must not call the engine.
  * @param hook_opaque  As given to fetch_set_retry_hook().
  * @param req_opaque   The request's fetch_req.opaque.
  * @param attempts     Attempts recorded so far; the failed one (WAIT) is the

@@ -49,7 +49,9 @@ dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
  * @param key  Non-empty key bytes.
  * @param opaque  Passed to the delivery report.
  * @returns DD_OK (a report will follow); DD_ERR_TRANSIENT (queue full: poll and
- *          retry); DD_ERR_INVAL (unknown topic, too large: errstr).
+ *          retry); DD_ERR_STATE (the producer is in a fatal state:
+ *          producer_fatal; send again through a new one); DD_ERR_INVAL
+ *          (unknown topic, too large: errstr).
  */
 dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
                        size_t key_len, const void *value, size_t value_len,

@@ -218,8 +218,9 @@ struct store_attempt;
  *        not_before_ms) wait out the same delay instead of hitting the target
  *        again at once.
  *
- * Fencing: running, leased by this run, at \p generation.  The lease is
- * renewed to now + lease (store_lease_renew keeps renewing a retryable op).
+ * Fencing: running (or retryable: a retry whose resume was not recorded),
+ * leased by this run, at \p generation.  The lease is renewed to now + lease
+ * (store_lease_renew keeps renewing a retryable op).
  * \p attempt, when not NULL, is written in the same WriteBatch, without
  * fsync (the next synced write persists it; lost with the machine, the op
  * is reclaimed as running, without the wait).
@@ -227,8 +228,8 @@ struct store_attempt;
  * @param attempts       Attempts made so far, every generation included.
  * @param category       The failed attempt's category, 1..STORE_CATEGORY_MAX.
  * @param attempt        The failed attempt's record, or NULL.
- * @returns DD_OK; DD_ERR_STATE (not running, another holder or a stale
- *          generation: errstr says which); DD_ERR_INVAL (empty or long
+ * @returns DD_OK; DD_ERR_STATE (not running nor retryable, another holder or
+ *          a stale generation: errstr says which); DD_ERR_INVAL (empty or long
  *          category, negative not_before, a bad attempt record); DD_ERR_IO;
  *          DD_ERR_FATAL (stored record of an unknown layout).
  */
@@ -404,6 +405,24 @@ dd_err_t store_complete_batch(struct store *store,
  *        UINT64_MAX.  Any thread.
  */
 uint64_t store_durable(struct store *store);
+
+/**
+ * @brief Did a group-commit fsync fail?  Then no completion written after the
+ *        last durable ticket will ever be reported durable (a second fsync
+ *        after a failed one proves nothing: the kernel may have dropped the
+ *        pages), and the caller should stop: what it did not acknowledge is
+ *        redelivered to the next run.  Any thread.
+ */
+bool store_sync_failed(struct store *store);
+
+/**
+ * @brief Make every completion written so far durable now (one fsync on the
+ *        calling thread) and publish it to store_durable(): for a clean exit.
+ *        No-op without group commit.
+ * @returns DD_OK; DD_ERR_IO (the fsync failed, or one had failed before).
+ */
+dd_err_t store_sync_now(struct store *store, char *errstr,
+                        size_t errstr_size) DD_WUR;
 
 /**
  * @brief Read the validator of \p resource_key (CF "validators").

@@ -135,6 +135,7 @@ struct pipeline {
     struct opctx *await;  /* results acknowledged whose completion is not
                              fsync'd yet (group commit): their offsets wait */
     bool purging;         /* producer_reset: reports of purged messages */
+    int64_t reset_retry_at_ms; /* producer_reset: not again before */
     long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
@@ -282,6 +283,18 @@ static struct opctx *op_find(struct pipeline *pl, const char *op_id)
     return NULL;
 }
 
+/* op_find for a key that is not NUL-terminated (a Kafka message key). */
+static struct opctx *op_find_key(struct pipeline *pl, const void *key,
+                                 size_t len)
+{
+    char id[STORE_KEY_MAX + 1];
+    if (len > STORE_KEY_MAX)
+        return NULL;
+    memcpy(id, key, len);
+    id[len] = '\0';
+    return op_find(pl, id);
+}
+
 static struct opctx *op_add(struct pipeline *pl, struct job *job,
                             uint64_t generation, struct pmsg *pm)
 {
@@ -356,6 +369,14 @@ static void out_send(struct pipeline *pl, struct outmsg *m)
         if (e == DD_ERR_TRANSIENT) {
             producer_poll(pl->prod, 50);
             continue;
+        }
+        if (e == DD_ERR_STATE) {
+            /* the producer is in a fatal state: producer_check recreates it
+             * and the retry list sends this again */
+            m->retry_at_ms = now_ms() + 100;
+            m->next = pl->retry;
+            pl->retry = m;
+            return;
         }
         if (m->kind == OUT_DLQ && m->value_len > DLQ_TRUNCATE_BYTES) {
             /* The broker refuses the original whole: keep a prefix, say so
@@ -716,6 +737,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
     };
     if (fetch_submit(pl->fetch, &req))
         abort(); /* out of memory */
+    o->not_before_ms = 0; /* a later fetch of this op (a refetch) resumes nothing */
     for (size_t s = 0; s < j->n_steps; s++)
         free(sh[s]);
     free(sh);
@@ -833,9 +855,12 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
     case STORE_CLAIM_DUPLICATE:
         break;
     }
-    if (op.state == STORE_OP_COMPLETE || op.state == STORE_OP_FAILED) {
+    if ((op.state == STORE_OP_COMPLETE || op.state == STORE_OP_FAILED) &&
+        !op_find(pl, job->op_id)) {
         /* The result is durable in the store (acknowledged, or in the outbox
-         * that is replayed until acknowledged). */
+         * that is replayed until acknowledged).  While this run still tracks
+         * the op (its completion not fsync'd yet, or its result not
+         * acknowledged), the message waits with the op's own, below. */
         pl->st->duplicates++;
         metrics_job(METRICS_JOB_DUPLICATE);
         log_ctx_msg(LOG_DEBUG, "consumer", &lc, "duplicate of a %s op",
@@ -932,6 +957,11 @@ static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
         return false;
     if (id_len != rkm->key_len || memcmp(id, rkm->key, id_len) ||
         hash_len != STORE_HASH_LEN)
+        return false;
+    /* An op this run still tracks (result not acknowledged, or completion
+     * not fsync'd: the index already says finished) is not done yet: the
+     * slow path attaches the message to it. */
+    if (pl->n_ops && op_find_key(pl, rkm->key, rkm->key_len))
         return false;
     char h[STORE_HASH_LEN + 1];
     memcpy(h, hash, STORE_HASH_LEN);
@@ -1300,6 +1330,8 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
             o->no_cond = true;
             free(o->cond);
             o->cond = NULL;
+            /* the next fetch's attempts are numbered after this one's */
+            o->base_attempts += (uint32_t)rs[i]->n_attempt_log;
             fetch_result_destroy(rs[i]);
             start_fetch(pl, o);
             continue;
@@ -1643,6 +1675,8 @@ static int http_submit(void *opaque, const char *idempotency_key, const void *bo
                       strlen(job->op_id), payload, keyed_len, h, 2, &d, e,
                       sizeof(e)) ||
         producer_flush(pl->api_prod, 15000) || !d.done || d.err) {
+        /* nothing may outlive this request: its report points at d */
+        producer_purge(pl->api_prod);
         if (d.done || !e[0])
             snprintf(e, sizeof(e), "%s", d.done ? d.errtext : "not acknowledged");
         log_msg(LOG_WARNING, "http", "POST /v1/jobs: produce: %s", e);
@@ -1732,14 +1766,26 @@ static bool all_eof(struct pipeline *pl)
  */
 static void producer_reset(struct pipeline *pl)
 {
+    int64_t now = now_ms();
+    if (now < pl->reset_retry_at_ms)
+        return;
+    pl->reset_retry_at_ms = now + 1000;
     size_t held = pl->pending_out;
     pl->purging = true;
     producer_purge(pl->prod);
     pl->purging = false;
+    if (producer_outq_len(pl->prod) > 0) {
+        /* every report must be served before the old producer goes, or its
+         * messages (and their ops' offsets) would be lost track of */
+        log_msg(LOG_WARNING, "producer", "fatal producer error: %d messages "
+                "not purged yet; trying again", producer_outq_len(pl->prod));
+        return;
+    }
     struct producer *np = NULL;
     char e[DD_ERRSTR_SIZE];
     if (producer_new(pl->cfg, dr_cb, &np, e, sizeof(e))) {
-        log_msg(LOG_ERR, "producer", "recreating the producer: %s; trying again", e);
+        log_msg(LOG_ERR, "producer", "recreating the producer: %s; trying "
+                "again in 1 s", e);
         return;
     }
     producer_destroy(pl->prod);
@@ -1955,6 +2001,15 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
             drain_fetched(pl, 0);
         producer_poll(pl->prod, 0);
         producer_check(pl);
+        if (store_sync_failed(pl->store)) {
+            /* Nothing written from here on can be made durable: stop, and
+             * let the next run take over what was not acknowledged. */
+            dd_errstr_set(errstr, errstr_size,
+                          "the store's WAL fsync failed (see the log): "
+                          "stopping; unacknowledged jobs are redelivered");
+            err = DD_ERR_IO;
+            break;
+        }
         retry_due(pl);
         recheck_blocked(pl);
         renew_leases(pl);
@@ -2009,6 +2064,14 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
                 "%d messages unacknowledged at exit; their outbox entries are "
                 "replayed at the next start", producer_outq_len(pl->prod));
     producer_poll(pl->prod, 0);
+    /* The results acknowledged last wait for their fsync: make it now, so
+     * their offsets are committed with the others. */
+    if (!err) {
+        char se[DD_ERRSTR_SIZE];
+        if (store_sync_now(pl->store, se, sizeof(se)))
+            log_msg(LOG_ERR, "store", "%s", se);
+        release_durable(pl);
+    }
     flush_offsets(pl);
     rd_kafka_commit(pl->rk, NULL, 0);
 out:

@@ -1002,8 +1002,8 @@ static int64_t session_free_at(const struct session *s, int64_t now)
 
 /* The earliest time a retry of \p x can start as things stand: its own
  * not_before, or later when every session that could serve it cools down
- * (or the one it is bound to mid-way does).  Reads only: the launcher
- * decides for real. */
+ * (or the one it is bound to mid-way does).  The caller makes it the op's
+ * not_before, so what the store records is never earlier than the start. */
 static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
 {
     int64_t now = now_ms(), t = INT64_MAX;
@@ -1042,8 +1042,11 @@ static void waiting_push(struct fetch *f, struct xfer *x)
             x->noted_alog = x->n_alog;
             x->retry_noted = true;
             metrics_add(METRICS_RETRY_WAITS, 1);
+            /* The time reported is the one kept: the launcher does not
+             * start the retry earlier even if a session frees up sooner. */
+            x->not_before_ms = retry_not_before(f, x);
             f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_WAIT,
-                        retry_not_before(f, x), (uint32_t)x->n_alog, a);
+                        x->not_before_ms, (uint32_t)x->n_alog, a);
         }
     }
     x->next = NULL;

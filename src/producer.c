@@ -100,6 +100,7 @@ dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
         dd_errstr_set(errstr, errstr_size, "produce to %s: %s", topic,
                       rd_kafka_err2str(e));
         return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? DD_ERR_TRANSIENT
+               : e == RD_KAFKA_RESP_ERR__FATAL    ? DD_ERR_STATE
                                                   : DD_ERR_INVAL;
     }
     return DD_OK;

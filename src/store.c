@@ -197,6 +197,8 @@ struct store {
     bool sync_stop;                      /* under sync_mu */
     _Atomic uint64_t ticket_issued;      /* last ticket handed out */
     _Atomic uint64_t ticket_durable;     /* last ticket fsync'd */
+    _Atomic bool sync_failed;            /* an fsync failed: no ticket after
+                                            it will ever be durable */
     rocksdb_column_family_handle_t *cf[CF_N];
     rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
     size_t extra_cf_n;
@@ -1632,38 +1634,73 @@ out:
 }
 
 /* The group-commit syncer: fsync the WAL whenever a ticket is pending.  A
- * failed fsync is logged and tried again 100 ms later (tickets stay
- * pending: what waits for them keeps waiting). */
+ * failed fsync is final: after one, the kernel may have dropped the dirty
+ * pages and a second fsync would "succeed" without them, so no ticket after
+ * it is ever published (store_sync_failed tells the caller to stop). */
 static void *sync_main(void *arg)
 {
     struct store *s = arg;
     pthread_mutex_lock(&s->sync_mu);
     for (;;) {
-        while (!s->sync_stop && atomic_load(&s->ticket_issued) ==
-                                    atomic_load(&s->ticket_durable))
+        while (!s->sync_stop && (atomic_load(&s->sync_failed) ||
+                                 atomic_load(&s->ticket_issued) ==
+                                     atomic_load(&s->ticket_durable)))
             pthread_cond_wait(&s->sync_cv, &s->sync_mu);
         uint64_t upto = atomic_load(&s->ticket_issued);
-        if (upto == atomic_load(&s->ticket_durable) && s->sync_stop)
+        if (s->sync_stop && (atomic_load(&s->sync_failed) ||
+                             upto == atomic_load(&s->ticket_durable)))
             break;
         pthread_mutex_unlock(&s->sync_mu);
         char *rerr = NULL;
         rocksdb_flush_wal(s->db, 1, &rerr);
         if (rerr) {
-            log_msg(LOG_ERR, "STORE", "group commit: fsync of the WAL of %s "
-                    "failed: %s; retrying in 100 ms", s->path, rerr);
+            log_msg(LOG_CRIT, "STORE", "group commit: fsync of the WAL of %s "
+                    "failed: %s; completions after ticket %llu are not durable "
+                    "and never will be counted so",
+                    s->path, rerr,
+                    (unsigned long long)atomic_load(&s->ticket_durable));
             rocksdb_free(rerr);
-            struct timespec ts = {0, 100 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            pthread_mutex_lock(&s->sync_mu);
-            if (s->sync_stop)
-                break;
-            continue;
+            atomic_store(&s->sync_failed, true);
+        } else {
+            uint64_t d = atomic_load(&s->ticket_durable);
+            while (d < upto &&
+                   !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
+                ;
         }
-        atomic_store(&s->ticket_durable, upto);
         pthread_mutex_lock(&s->sync_mu);
     }
     pthread_mutex_unlock(&s->sync_mu);
     return NULL;
+}
+
+bool store_sync_failed(struct store *s)
+{
+    return atomic_load(&s->sync_failed);
+}
+
+dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
+{
+    if (!s->group_commit)
+        return DD_OK;
+    if (atomic_load(&s->sync_failed)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_sync_now(%s): an earlier WAL fsync failed", s->path);
+        return DD_ERR_IO;
+    }
+    uint64_t upto = atomic_load(&s->ticket_issued);
+    char *rerr = NULL;
+    rocksdb_flush_wal(s->db, 1, &rerr);
+    if (rerr) {
+        atomic_store(&s->sync_failed, true);
+        return rdb_fail(rerr, "rocksdb_flush_wal(sync)", s->path, errstr,
+                        errstr_size);
+    }
+    /* publish unless the syncer got further meanwhile */
+    uint64_t d = atomic_load(&s->ticket_durable);
+    while (d < upto &&
+           !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
+        ;
+    return DD_OK;
 }
 
 uint64_t store_durable(struct store *s)
@@ -2182,8 +2219,10 @@ dd_err_t store_op_retry(struct store *s, const char *op_id,
             return err;
     }
     struct retry_edit r = {not_before_ms, attempts, category};
-    return op_transition(s, "store_op_retry", op_id, ST_BIT(STORE_OP_RUNNING),
-                         generation, now_ms, edit_retry, &r, attempt, errstr,
+    /* from retryable too: an attempt may run before its START was recorded
+     * (the resume failed on the disk); its failure still goes on record */
+    return op_transition(s, "store_op_retry", op_id, ST_LIVE, generation,
+                         now_ms, edit_retry, &r, attempt, errstr,
                          errstr_size);
 }
 
