@@ -10,7 +10,9 @@
  *                    request_hash, event_key, lease_owner, source, category,
  *                    then, in state retryable only, i64 not_before (the
  *                    next attempt's earliest start; added without a layout
- *                    bump: no earlier dedupd wrote state retryable)
+ *                    bump: no earlier dedupd wrote state retryable.  One way:
+ *                    a dedupd from before it calls such a record corrupt, so
+ *                    going back needs no retryable op in the store)
  *   attempts   key op_id "\n" u32 number, big-endian (iteration order = number
  *              order; the key length tells op "a" from op "a\n...")
  *              value header(type ATTEMPT, expires_at = written + ops TTL)
