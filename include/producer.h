@@ -88,6 +88,17 @@ bool producer_fatal(struct producer *p);
 void producer_purge(struct producer *p);
 
 /**
+ * @brief Replace *\p pp (after a fatal error) by a new producer with the
+ *        same settings and report callback: purge it (producer_purge), and
+ *        only when every report was served destroy it and create the new one.
+ * @returns DD_OK (*pp is the new producer); DD_ERR_TRANSIENT (reports still
+ *          outstanding: *pp unchanged, try again); producer_new()'s errors.
+ */
+dd_err_t producer_replace(struct producer **pp, const struct cfg *cfg,
+                          producer_dr_cb *dr, char *errstr,
+                          size_t errstr_size) DD_WUR;
+
+/**
  * @brief Test hook: raise a fatal error as the broker would
  *        (rd_kafka_test_fatal_error, OUT_OF_ORDER_SEQUENCE_NUMBER).
  * @returns DD_OK; DD_ERR_STATE (already fatal, or not idempotent).

@@ -1658,11 +1658,8 @@ static int http_submit(void *opaque, const char *idempotency_key, const void *bo
     if (producer_fatal(pl->api_prod)) {
         /* As producer_reset for results: this thread is its only user, and
          * every request flushes, so nothing is held but a failed send. */
-        struct producer *np = NULL;
-        if (producer_new(pl->cfg, api_dr, &np, e, sizeof(e)) == DD_OK) {
-            producer_purge(pl->api_prod);
-            producer_destroy(pl->api_prod);
-            pl->api_prod = np;
+        if (producer_replace(&pl->api_prod, pl->cfg, api_dr, e, sizeof(e)) ==
+            DD_OK) {
             metrics_add(METRICS_PRODUCER_RESETS, 1);
             log_msg(LOG_ERR, "http", "fatal producer error: the job API's "
                     "producer was recreated");
@@ -1771,25 +1768,17 @@ static void producer_reset(struct pipeline *pl)
         return;
     pl->reset_retry_at_ms = now + 1000;
     size_t held = pl->pending_out;
-    pl->purging = true;
-    producer_purge(pl->prod);
-    pl->purging = false;
-    if (producer_outq_len(pl->prod) > 0) {
-        /* every report must be served before the old producer goes, or its
-         * messages (and their ops' offsets) would be lost track of */
-        log_msg(LOG_WARNING, "producer", "fatal producer error: %d messages "
-                "not purged yet; trying again", producer_outq_len(pl->prod));
-        return;
-    }
-    struct producer *np = NULL;
     char e[DD_ERRSTR_SIZE];
-    if (producer_new(pl->cfg, dr_cb, &np, e, sizeof(e))) {
-        log_msg(LOG_ERR, "producer", "recreating the producer: %s; trying "
-                "again in 1 s", e);
+    /* every report is served before the old producer goes, or its messages
+     * (and their ops' offsets) would be lost track of */
+    pl->purging = true;
+    dd_err_t err = producer_replace(&pl->prod, pl->cfg, dr_cb, e, sizeof(e));
+    pl->purging = false;
+    if (err) {
+        log_msg(LOG_ERR, "producer", "fatal producer error: recreating the "
+                "producer: %s; trying again in 1 s", e);
         return;
     }
-    producer_destroy(pl->prod);
-    pl->prod = np;
     metrics_add(METRICS_PRODUCER_RESETS, 1);
     log_msg(LOG_ERR, "producer",
             "fatal producer error: producer recreated; %zu messages it held "

@@ -137,6 +137,25 @@ void producer_purge(struct producer *p)
     rd_kafka_poll(p->rk, 0);
 }
 
+dd_err_t producer_replace(struct producer **pp, const struct cfg *cfg,
+                          producer_dr_cb *dr, char *errstr, size_t errstr_size)
+{
+    producer_purge(*pp);
+    int held = rd_kafka_outq_len((*pp)->rk);
+    if (held > 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%d messages not purged yet", held);
+        return DD_ERR_TRANSIENT;
+    }
+    struct producer *np = NULL;
+    dd_err_t err = producer_new(cfg, dr, &np, errstr, errstr_size);
+    if (err)
+        return err;
+    producer_destroy(*pp);
+    *pp = np;
+    return DD_OK;
+}
+
 dd_err_t producer_test_fatal(struct producer *p, const char *reason)
 {
     return rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,

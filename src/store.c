@@ -1635,6 +1635,16 @@ out:
     return err;
 }
 
+/* Tickets up to \p upto are on disk: publish that, unless the other
+ * fsyncer (syncer thread or store_sync_now) got further meanwhile. */
+static void publish_durable(struct store *s, uint64_t upto)
+{
+    uint64_t d = atomic_load(&s->ticket_durable);
+    while (d < upto &&
+           !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
+        ;
+}
+
 /* The group-commit syncer: fsync the WAL whenever a ticket is pending.  A
  * failed fsync is final: after one, the kernel may have dropped the dirty
  * pages and a second fsync would "succeed" without them, so no ticket after
@@ -1663,12 +1673,8 @@ static void *sync_main(void *arg)
                     (unsigned long long)atomic_load(&s->ticket_durable));
             rocksdb_free(rerr);
             atomic_store(&s->sync_failed, true);
-        } else {
-            uint64_t d = atomic_load(&s->ticket_durable);
-            while (d < upto &&
-                   !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
-                ;
-        }
+        } else
+            publish_durable(s, upto);
         pthread_mutex_lock(&s->sync_mu);
     }
     pthread_mutex_unlock(&s->sync_mu);
@@ -1697,11 +1703,7 @@ dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
         return rdb_fail(rerr, "rocksdb_flush_wal(sync)", s->path, errstr,
                         errstr_size);
     }
-    /* publish unless the syncer got further meanwhile */
-    uint64_t d = atomic_load(&s->ticket_durable);
-    while (d < upto &&
-           !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
-        ;
+    publish_durable(s, upto);
     return DD_OK;
 }
 

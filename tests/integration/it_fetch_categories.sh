@@ -21,10 +21,6 @@
 # Everything else is asserted exactly.  Exits 1 when any case fails.
 source "$(dirname "$0")/lib.sh"
 
-# From the build tree of the dedupd under test (ctest passes DEDUPD_BIN):
-# $ROOT/build/tests/fixtures/hostile_origin by default.
-HOSTILE=${HOSTILE_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/hostile_origin}
-[ -x "$HOSTILE" ] || fail "hostile origin not built: $HOSTILE (cmake --build build)"
 
 # ---- known gaps (dedupd vs DESIGN.md section 5); remove entries as they are fixed
 KNOWN_GAPS=(
@@ -52,27 +48,14 @@ jq 'del(.proxy.providers)' "$CFG" >"$WORK/dedupd.json"
 CFG=$WORK/dedupd.json
 
 # ---- origins
-PIDS=()
 cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  stop_fixtures
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-start_origin() { # NAME LISTEN -> prints the port
-  "$HOSTILE" --listen "$2" --log "$WORK/$1.log" >"$WORK/$1.port" 2>"$WORK/$1.err" &
-  PIDS+=($!)
-  local i
-  for i in $(seq 100); do
-    [ -s "$WORK/$1.port" ] && break
-    sleep 0.1
-  done
-  [ -s "$WORK/$1.port" ] || { cat "$WORK/$1.err" >&2; fail "hostile origin $1 did not start"; }
-}
-start_origin origin 127.0.0.1:0
-start_origin canary 127.0.0.10:0
+hostile_start origin 127.0.0.1:0
+hostile_start canary 127.0.0.10:0
 P=$(head -1 "$WORK/origin.port") CP=$(head -1 "$WORK/canary.port")
 O=http://127.0.0.1:$P C=127.0.0.10:$CP
 # A closed local port: where an origin listened a moment ago.

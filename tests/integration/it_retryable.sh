@@ -14,8 +14,6 @@
 #     every attempt of both generations in its record, numbered in order, and
 #     one result.
 source "$(dirname "$0")/lib.sh"
-HOSTILE=${HOSTILE_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/hostile_origin}
-[ -x "$HOSTILE" ] || fail "hostile origin not built: $HOSTILE (cmake --build build)"
 pin_dedupd
 RA=6
 
@@ -31,15 +29,12 @@ export DEDUPD_STORE__LEASE_MS=30000
 
 cleanup() {
   [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null
-  [ -n "${OPID:-}" ] && kill "$OPID" 2>/dev/null
+  stop_fixtures
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-"$HOSTILE" --listen 127.0.0.1:0 --log "$WORK/origin.log" >"$WORK/origin.port" 2>"$WORK/origin.err" &
-OPID=$!
-for _ in $(seq 100); do [ -s "$WORK/origin.port" ] && break; sleep 0.1; done
-[ -s "$WORK/origin.port" ] || fail "hostile origin did not start"
+hostile_start origin 127.0.0.1:0
 O=http://127.0.0.1:$(head -1 "$WORK/origin.port")
 
 jq -cn --arg u "$O/status/429?ra=$RA&c=$T" '{url: $u}' >"$WORK/job.ndjson"

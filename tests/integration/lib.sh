@@ -80,3 +80,28 @@ pin_dedupd() {
   done
   fail "cannot copy a working $DEDUPD"
 }
+
+# The hostile origin fixture (tests/fixtures/hostile_origin, from the build tree
+# of the dedupd under test).  hostile_start NAME ADDR starts one on ADDR, logging
+# to $WORK/NAME.log, and waits until it wrote its port (first line of
+# $WORK/NAME.port); its pid goes to FIXTURE_PIDS, which stop_fixtures ends (call
+# it from a test's own EXIT trap).
+HOSTILE=${HOSTILE_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/hostile_origin}
+FIXTURE_PIDS=()
+hostile_start() {
+  [ -x "$HOSTILE" ] || fail "hostile origin not built: $HOSTILE (cmake --build build)"
+  "$HOSTILE" --listen "$2" --log "$WORK/$1.log" >"$WORK/$1.port" 2>"$WORK/$1.err" &
+  FIXTURE_PIDS+=($!)
+  local i
+  for i in $(seq 100); do
+    [ -s "$WORK/$1.port" ] && return 0
+    sleep 0.1
+  done
+  cat "$WORK/$1.err" >&2
+  fail "hostile origin $1 did not start"
+}
+stop_fixtures() {
+  local p
+  for p in "${FIXTURE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${FIXTURE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
