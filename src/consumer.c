@@ -1,4 +1,5 @@
 /* The pipeline thread.  See consumer.h for the flow and its invariants. */
+#include "dd.h"
 #include "consumer.h"
 
 #include <jansson.h>
@@ -150,12 +151,6 @@ struct pipeline {
     size_t n_shadow, cap_shadow;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct ptrack *track_get(struct pipeline *pl, int32_t partition)
 {
@@ -225,7 +220,7 @@ static void msg_done(struct pipeline *pl, struct pmsg *pm)
         }
     }
     free(pm);
-    pl->last_activity_ms = now_ms();
+    pl->last_activity_ms = dd_now_ms();
 }
 
 /* Hand every partition's new store_at to librdkafka in one offsets_store call
@@ -269,10 +264,7 @@ static void flush_offsets(struct pipeline *pl)
 
 static size_t op_hash(const char *s)
 {
-    size_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h & (OPMAP_BUCKETS - 1);
+    return (size_t)(dd_fnv1a64_str(s) & (OPMAP_BUCKETS - 1));
 }
 
 static struct opctx *op_find(struct pipeline *pl, const char *op_id)
@@ -373,7 +365,7 @@ static void out_send(struct pipeline *pl, struct outmsg *m)
         if (e == DD_ERR_STATE) {
             /* the producer is in a fatal state: producer_check recreates it
              * and the retry list sends this again */
-            m->retry_at_ms = now_ms() + 100;
+            m->retry_at_ms = dd_now_ms() + 100;
             m->next = pl->retry;
             pl->retry = m;
             return;
@@ -397,7 +389,7 @@ static void out_send(struct pipeline *pl, struct outmsg *m)
         /* Not sendable (too large for the broker, unknown topic): retry later
          * so nothing is lost; the error is visible in the log. */
         log_msg(LOG_ERR, "producer", "%s; retrying in 5 s", err);
-        m->retry_at_ms = now_ms() + 5000;
+        m->retry_at_ms = dd_now_ms() + 5000;
         m->next = pl->retry;
         pl->retry = m;
         return;
@@ -464,7 +456,7 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
         if (!pl->purging)
             log_msg(LOG_WARNING, "producer",
                     "delivery to %s failed (%s); retrying", m->topic, errtext);
-        m->retry_at_ms = now_ms() + 1000;
+        m->retry_at_ms = dd_now_ms() + 1000;
         m->next = pl->retry;
         pl->retry = m;
         return;
@@ -501,7 +493,7 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
     case OUT_CONFLICT: {
         metrics_add(METRICS_CONFLICTS_REPORTED, 1);
         bool first;
-        if (store_conflict_mark(pl->store, m->op_id, m->hash, now_ms(), &first,
+        if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
                                 e, sizeof(e)))
             log_msg(LOG_ERR, "store", "%s", e);
         struct outmsg **pp = &pl->conflicts_inflight;
@@ -518,7 +510,7 @@ static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
 
 static void retry_due(struct pipeline *pl)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     struct outmsg **pp = &pl->retry;
     while (*pp) {
         struct outmsg *m = *pp;
@@ -642,7 +634,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
     int64_t budget0 = j->deadline_s > 0 ? j->deadline_s * 1000
                                         : pl->cfg->fetch_deadline_ms;
     if (!o->deadline_ms) { /* a waiter sent off on its own keeps its budget */
-        int64_t t0 = now_ms();
+        int64_t t0 = dd_now_ms();
         /* a reclaimed retryable op's budget starts when its wait ends */
         if (o->not_before_ms > t0)
             t0 = o->not_before_ms;
@@ -681,7 +673,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         struct store_validator v;
         bool found = false;
         char e[DD_ERRSTR_SIZE];
-        if (store_validator_get(pl->store, j->resource_key, now_ms(), &v,
+        if (store_validator_get(pl->store, j->resource_key, dd_now_ms(), &v,
                                 &found, e, sizeof(e)))
             log_msg(LOG_WARNING, "store", "validators: %s", e);
         else if (found && (v.etag[0] || v.last_modified[0])) {
@@ -762,7 +754,7 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
         struct blocked *b = calloc(1, sizeof(*b));
         b->pm = pm;
         b->job = job;
-        b->recheck_at_ms = now_ms() + 1000;
+        b->recheck_at_ms = dd_now_ms() + 1000;
         b->next = pl->blocked;
         pl->blocked = b;
         pl->n_blocked++;
@@ -787,11 +779,11 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
         /* a reclaimed retryable op: its first attempt resumes the wait */
         if (op.state == STORE_OP_RETRYABLE)
             o->not_before_ms = op.not_before_ms > 0 ? op.not_before_ms : 1;
-        if (op.state == STORE_OP_RETRYABLE && op.not_before_ms > now_ms())
+        if (op.state == STORE_OP_RETRYABLE && op.not_before_ms > dd_now_ms())
             log_ctx_msg(LOG_NOTICE, "consumer", &lc,
                         "op was retryable: its next attempt waits %lld ms "
                         "(the stored retry time)",
-                        (long long)(op.not_before_ms - now_ms()));
+                        (long long)(op.not_before_ms - dd_now_ms()));
         o->shadow = pl->opts->shadow;
         if (pl->opts->shadow) {
             /* completed with the others of this loop (one batch, one sync) */
@@ -816,7 +808,7 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
          * a crash between acknowledgement and mark reports it again. */
         bool reported = false;
         if (store_conflict_reported(pl->store, job->op_id, job->request_hash,
-                                    now_ms(), &reported, e, sizeof(e))) {
+                                    dd_now_ms(), &reported, e, sizeof(e))) {
             log_ctx_msg(LOG_ERR, "store", &lc, "%s", e);
             reported = false; /* better reported twice than never */
         }
@@ -887,8 +879,8 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
     struct blocked *b = calloc(1, sizeof(*b));
     b->pm = pm;
     b->job = job;
-    int64_t wait = op.lease_expires_at_ms - now_ms();
-    b->recheck_at_ms = now_ms() + (wait > 0 && wait < 1000 ? wait : 1000);
+    int64_t wait = op.lease_expires_at_ms - dd_now_ms();
+    b->recheck_at_ms = dd_now_ms() + (wait > 0 && wait < 1000 ? wait : 1000);
     b->next = pl->blocked;
     pl->blocked = b;
     pl->n_blocked++;
@@ -904,14 +896,14 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     struct store_op op;
     memset(&op, 0, sizeof(op));
     dd_err_t err = store_claim(pl->store, job->op_id, job->request_hash,
-                               job->event_key, source, now_ms(), &res, &op, e,
+                               job->event_key, source, dd_now_ms(), &res, &op, e,
                                sizeof(e));
     claim_apply(pl, job, pm, source, err, e, res, op);
 }
 
 static void recheck_blocked(struct pipeline *pl)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     struct blocked **pp = &pl->blocked;
     while (*pp) {
         struct blocked *b = *pp;
@@ -966,7 +958,7 @@ static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
     char h[STORE_HASH_LEN + 1];
     memcpy(h, hash, STORE_HASH_LEN);
     h[STORE_HASH_LEN] = '\0';
-    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h, now_ms(),
+    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h, dd_now_ms(),
                                  NULL);
 }
 
@@ -975,7 +967,7 @@ static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
 static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
 {
     pl->st->consumed++;
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     if (!pl->st->first_msg_ms)
         pl->st->first_msg_ms = now;
     pl->st->last_msg_ms = now;
@@ -1095,7 +1087,7 @@ static void shadow_flush(struct pipeline *pl)
         };
     }
     char e[DD_ERRSTR_SIZE];
-    if (store_complete_batch(pl->store, req, n, now_ms(), e, sizeof(e)))
+    if (store_complete_batch(pl->store, req, n, dd_now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", n, e);
     for (size_t i = 0; i < n; i++) {
         completed(pl, pl->shadow_pending[i], &req[i], v[i], vlen[i]);
@@ -1127,7 +1119,7 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
             reqs[i].source = items[i].source;
         }
         char e[DD_ERRSTR_SIZE] = "";
-        dd_err_t err = store_claim_batch(pl->store, reqs, k, now_ms(), e, sizeof(e));
+        dd_err_t err = store_claim_batch(pl->store, reqs, k, dd_now_ms(), e, sizeof(e));
         for (size_t i = 0; i < k; i++)
             claim_apply(pl, items[i].job, items[i].pm, items[i].source,
                         err ? err : reqs[i].err,
@@ -1185,7 +1177,7 @@ static void on_fetch_retry(void *arg, void *req_opaque,
         attempt_record(&sa, fa, o->base_attempts + attempts, o->generation);
         err = store_op_retry(pl->store, o->op_id, o->generation, not_before_ms,
                              o->base_attempts + attempts, fa->category, &sa,
-                             now_ms(), e, sizeof(e));
+                             dd_now_ms(), e, sizeof(e));
     } else {
         err = store_op_resume(pl->store, o->op_id, o->generation,
                               not_before_ms, e, sizeof(e));
@@ -1290,7 +1282,7 @@ static bool cond_apply(struct pipeline *pl, struct opctx *o,
     size_t len = 0;
     bool found = false;
     char e[DD_ERRSTR_SIZE] = "";
-    if (store_body_get(pl->store, v->body_sha256, now_ms(), &body, &len,
+    if (store_body_get(pl->store, v->body_sha256, dd_now_ms(), &body, &len,
                        &found, e, sizeof(e)) || !found) {
         log_ctx_msg(LOG_NOTICE, "fetch", &lc,
                     "304 but the stored body is gone%s%s: fetching again "
@@ -1382,7 +1374,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
         }
     }
     /* a failed write (DD_ERR_IO, NOMEM) also lands in every req[i].err */
-    if (store_complete_batch(pl->store, req, total, now_ms(), e, sizeof(e)))
+    if (store_complete_batch(pl->store, req, total, dd_now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu ops: %s", total, e);
     for (size_t i = 0; i < total; i++) {
         completed(pl, f[i].o, &req[i], f[i].value, f[i].value_len);
@@ -1436,7 +1428,7 @@ static int replay_cb(void *opaque, uint64_t seq, const char *op_id,
  * fetch is never taken over by another worker while it is alive. */
 static void renew_leases(struct pipeline *pl)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     if (now < pl->next_renew_ms)
         return;
     pl->next_renew_ms = now + pl->cfg->store_lease_ms / 3;
@@ -1488,7 +1480,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
         rd_kafka_assign(rk, NULL);
     }
-    pl->last_activity_ms = now_ms();
+    pl->last_activity_ms = dd_now_ms();
 }
 
 /* ---- HTTP callbacks and gauges (admin and api listener threads) ---------- */
@@ -1511,7 +1503,7 @@ static int http_op(void *opaque, const char *op_id, char **response_json)
     char e[DD_ERRSTR_SIZE];
     json_t *o = json_object();
     int status = 200;
-    if (store_op_get(pl->store, op_id, now_ms(), &op, &found, e, sizeof(e))) {
+    if (store_op_get(pl->store, op_id, dd_now_ms(), &op, &found, e, sizeof(e))) {
         json_object_set_new(o, "error", json_string("store read failed"));
         log_msg(LOG_ERR, "http", "GET /v1/ops: %s", e);
         status = 500;
@@ -1626,7 +1618,7 @@ static int http_submit(void *opaque, const char *idempotency_key, const void *bo
         char existing[STORE_HASH_LEN + 1];
         char *receipt = NULL;
         if (store_receipt_begin(pl->store, job->op_id, job->request_hash,
-                                now_ms(), pl->cfg->api_receipt_ttl_ms, &st,
+                                dd_now_ms(), pl->cfg->api_receipt_ttl_ms, &st,
                                 existing, &receipt, e, sizeof(e))) {
             log_msg(LOG_ERR, "http", "POST /v1/jobs: %s", e);
             *response_json = api_error("receipt store unavailable");
@@ -1691,7 +1683,7 @@ static int http_submit(void *opaque, const char *idempotency_key, const void *bo
     *response_json = json_dumps(r, JSON_COMPACT);
     json_decref(r);
     if (began && store_receipt_done(pl->store, job->op_id, job->request_hash,
-                                    *response_json, now_ms(),
+                                    *response_json, dd_now_ms(),
                                     pl->cfg->api_receipt_ttl_ms, e, sizeof(e)))
         log_msg(LOG_ERR, "http", "POST /v1/jobs: receipt: %s", e);
     status = 202;
@@ -1704,7 +1696,7 @@ out:
 /* Gauges, once a second: ops in flight, outbox, index, consumer lag. */
 static void update_gauges(struct pipeline *pl)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     if (now < pl->next_gauges_ms)
         return;
     pl->next_gauges_ms = now + 1000;
@@ -1763,7 +1755,7 @@ static bool all_eof(struct pipeline *pl)
  */
 static void producer_reset(struct pipeline *pl)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     if (now < pl->reset_retry_at_ms)
         return;
     pl->reset_retry_at_ms = now + 1000;
@@ -1845,7 +1837,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     g_pl = pl;
 
     char run_id[40];
-    snprintf(run_id, sizeof(run_id), "%llx%04x", (unsigned long long)now_ms(),
+    snprintf(run_id, sizeof(run_id), "%llx%04x", (unsigned long long)dd_now_ms(),
              (unsigned)getpid() & 0xffff);
     struct store_conf sc = {
         .path = cfg->store_path,
@@ -1902,7 +1894,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         log_msg(LOG_INFO, "http", "admin listener on port %u (/healthz /readyz "
                 "/metrics), api listener on port %u",
                 (unsigned)http_admin_port(pl->http), (unsigned)http_api_port(pl->http));
-        metrics_gauge_set(METRICS_START_TIME_SECONDS, now_ms() / 1000);
+        metrics_gauge_set(METRICS_START_TIME_SECONDS, dd_now_ms() / 1000);
     }
     if (!opts->shadow) {
         err = fetch_new(cfg, &pl->fetch, errstr, errstr_size);
@@ -1970,19 +1962,19 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     log_msg(LOG_INFO, "consumer", "running: instance %s run %s, group %s, topic %s",
             cfg->instance_id, run_id, cfg->group_id, cfg->topic_jobs);
 
-    pl->last_activity_ms = now_ms();
+    pl->last_activity_ms = dd_now_ms();
     int64_t stop_at = 0;
     while (1) {
         bool stopping = !*opts->run;
         if (stopping && !stop_at) {
             atomic_store(&pl->ready, false);
             metrics_gauge_set(METRICS_READY, 0);
-            stop_at = now_ms() + cfg->shutdown_grace_ms;
+            stop_at = dd_now_ms() + cfg->shutdown_grace_ms;
             log_msg(LOG_INFO, "consumer",
                     "stopping: finishing %zu ops in flight (grace %lld ms)",
                     pl->n_ops, (long long)cfg->shutdown_grace_ms);
         }
-        if (stopping && (idle(pl) || now_ms() >= stop_at ||
+        if (stopping && (idle(pl) || dd_now_ms() >= stop_at ||
                          (opts->hurry && *opts->hurry)))
             break;
         /* Completions first: they free capacity. */
@@ -2041,7 +2033,7 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
         flush_offsets(pl);
         if (opts->exit_when_idle_ms > 0 && !stopping && idle(pl) &&
             pl->assigned_once && all_eof(pl) &&
-            now_ms() - pl->last_activity_ms >= opts->exit_when_idle_ms) {
+            dd_now_ms() - pl->last_activity_ms >= opts->exit_when_idle_ms) {
             log_msg(LOG_INFO, "consumer", "idle for %lld ms: exiting",
                     (long long)opts->exit_when_idle_ms);
             break;

@@ -1,5 +1,6 @@
 /* The fetch engine: libcurl multi loop on its own thread, session pool, retry
  * timers.  See fetch.h for the contract. */
+#include "dd.h"
 #include "fetch.h"
 
 #include <arpa/inet.h>
@@ -184,12 +185,6 @@ struct fetch {
 
 #define FETCH_MAX_HEADER_BYTES (256 * 1024) /* one response's header block */
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_min,
                           int64_t burst)
@@ -568,7 +563,7 @@ static void session_renew(struct fetch *f, struct session *s, const char *why)
         return;
     s->uses_since_new = 0;
     s->errors_in_row = 0;
-    s->created_at_ms = now_ms();
+    s->created_at_ms = dd_now_ms();
     s->renewals++;
     s->epoch = 0;
     s->epoch_start_ms = s->created_at_ms;
@@ -634,7 +629,7 @@ static dd_err_t sessions_from_providers(struct fetch *f, char *errstr,
                 struct session *s = &f->sessions[f->n_sessions++];
                 memset(s, 0, sizeof(*s));
                 s->provider = p;
-                s->created_at_ms = now_ms();
+                s->created_at_ms = dd_now_ms();
                 s->epoch_start_ms = s->created_at_ms;
                 if (p->countries.n)
                     snprintf(s->country, sizeof(s->country), "%s",
@@ -908,10 +903,7 @@ static void xfer_load_step(struct xfer *x, size_t i)
 
 static uint64_t host_hash(const char *h)
 {
-    uint64_t v = 1469598103934665603ull;
-    for (; *h; h++)
-        v = (v ^ (unsigned char)*h) * 1099511628211ull;
-    return v;
+    return dd_fnv1a64_str(h);
 }
 
 static struct host_slot *host_get(struct fetch *f, const char *host)
@@ -1006,7 +998,7 @@ static int64_t session_free_at(const struct session *s, int64_t now)
  * not_before, so what the store records is never earlier than the start. */
 static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
 {
-    int64_t now = now_ms(), t = INT64_MAX;
+    int64_t now = dd_now_ms(), t = INT64_MAX;
     if (x->session >= 0 && wf_midway(x) && !x->need_rotate) {
         t = session_free_at(&f->sessions[x->session], now);
     } else {
@@ -1130,7 +1122,7 @@ static void att_close(struct xfer *x, long status, const char *category,
     struct fetch_attempt *a = &x->alog[x->n_alog - 1];
     if (a->ended_at_ms)
         return;
-    a->ended_at_ms = now_ms();
+    a->ended_at_ms = dd_now_ms();
     a->status = status;
     a->bytes = x->rlen;
     snprintf(a->category, sizeof(a->category), "%s", category ? category : "");
@@ -1306,7 +1298,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
                 abort();
         }
         memset(&x->alog[x->n_alog], 0, sizeof(*x->alog));
-        x->alog[x->n_alog].started_at_ms = now_ms();
+        x->alog[x->n_alog].started_at_ms = dd_now_ms();
         x->alog[x->n_alog].step = (uint32_t)x->step;
         snprintf(x->alog[x->n_alog].session, sizeof(x->alog[0].session), "%s",
                  s->name);
@@ -1330,7 +1322,7 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
  * Returns false if the op must fail instead. */
 static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
 {
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     if ((int64_t)x->step_attempts >= f->cfg->fetch_max_attempts)
         return false;
     if (now + delay_ms >= x->deadline_ms)
@@ -1350,7 +1342,7 @@ static struct fetch_result *result_from(struct xfer *x)
     r->rotations = x->rotations;
     r->throttled = x->throttled;
     r->restarts = x->restarts;
-    r->fetched_at_ms = now_ms();
+    r->fetched_at_ms = dd_now_ms();
     if (x->session >= 0) {
         const struct session *s = &x->f->sessions[x->session];
         snprintf(r->session, sizeof(r->session), "%s", s->name);
@@ -1403,7 +1395,7 @@ static void sres_record(struct xfer *x, long status, const char *category)
     if (x->n_alog)
         snprintf(sr->exit_addr, sizeof(sr->exit_addr), "%s",
                  x->alog[x->n_alog - 1].exit_addr);
-    sr->ended_at_ms = now_ms();
+    sr->ended_at_ms = dd_now_ms();
 }
 
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
@@ -1498,7 +1490,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     }
     int64_t d = retry_backoff_ms((int)x->restarts, f->cfg->fetch_backoff_base_ms,
                                  f->cfg->fetch_backoff_max_ms, xorshift(&f->rnd));
-    if (now_ms() + d >= x->deadline_ms) {
+    if (dd_now_ms() + d >= x->deadline_ms) {
         finish(f, x, false, status, category, error);
         return;
     }
@@ -1521,7 +1513,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     x->rlen = 0;
     x->need_rotate = (int64_t)x->rotations < f->cfg->fetch_max_rotations;
     x->fresh_connect = true;
-    x->not_before_ms = now_ms() + d;
+    x->not_before_ms = dd_now_ms() + d;
     waiting_push(f, x);
 }
 
@@ -1576,7 +1568,7 @@ static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
                               const char *error)
 {
     struct session *s = &f->sessions[x->session];
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     att_close(x, status, "proxy_auth", error);
     s->errors++;
     int64_t cd = f->cfg->fetch_proxy_auth_cooldown_ms;
@@ -1666,7 +1658,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         if (is_blocked(f, status)) {
             x->throttled++;
             atomic_fetch_add(&f->st_throttled, 1);
-            int64_t now = now_ms(), delay;
+            int64_t now = dd_now_ms(), delay;
             if (!retry_after_parse(x->retry_after, now,
                                    f->cfg->fetch_retry_after_max_ms, &delay))
                 delay = f->cfg->fetch_cooldown_default_ms;
@@ -1808,7 +1800,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         if (midway) {
             att_close(x, connect_code, "proxy_connect", err);
             if (wf_restartable(x)) {
-                s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
+                s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
                 wf_restart_or_fail(f, x, connect_code, "proxy_connect", err);
             } else
                 fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
@@ -1897,7 +1889,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
         if (wf_restartable(x)) {
             att_close(x, status, cat, err);
             if (!strcmp(cat, "proxy_connect"))
-                s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
+                s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
             wf_restart_or_fail(f, x, status, cat, err);
             return;
         }
@@ -1907,8 +1899,8 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
     if (!strcmp(cat, "proxy_connect") && f->n_sessions > 1) {
         /* The exit is unusable: move the op elsewhere. */
         int64_t wait_until = 0;
-        s->cooldown_until_ms = now_ms() + f->cfg->fetch_cooldown_default_ms;
-        int next = session_pick(f, x, true, now_ms(), &wait_until);
+        s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
+        int next = session_pick(f, x, true, dd_now_ms(), &wait_until);
         if (next >= 0 && next != x->session) {
             x->session = next;
             x->rotations++;
@@ -1926,7 +1918,7 @@ static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
 static void launch_ready(struct fetch *f)
 {
     const struct cfg *c = f->cfg;
-    int64_t now = now_ms();
+    int64_t now = dd_now_ms();
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
@@ -2126,7 +2118,7 @@ static void *fetch_main(void *arg)
             on_done(f, x, m->data.result);
         }
         launch_ready(f);
-        int64_t now = now_ms();
+        int64_t now = dd_now_ms();
         hosts_sweep(f, now);
         int64_t t = next_timer(f);
         int timeout = 1000;
@@ -2158,7 +2150,7 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
     if (!f)
         return DD_ERR_NOMEM;
     f->cfg = cfg;
-    f->rnd = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull | 1;
+    f->rnd = (uint64_t)dd_now_ms() * 0x9E3779B97F4A7C15ull | 1;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->done_cond, NULL);
     f->incoming_tailp = &f->incoming;

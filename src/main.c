@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dd.h"
 #include "config.h"
 #include "consumer.h"
 #include "job.h"
@@ -46,12 +47,6 @@ static void on_signal(int sig)
     run = 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static const char *usage_text =
     "usage: dedupd COMMAND [options]\n"
@@ -390,7 +385,7 @@ static int cmd_tail(int argc, char **argv)
     char e[DD_ERRSTR_SIZE];
     struct store *store = NULL;
     char run_id[32];
-    snprintf(run_id, sizeof(run_id), "%lld", (long long)now_ms());
+    snprintf(run_id, sizeof(run_id), "%lld", (long long)dd_now_ms());
     struct store_conf sc = {.path = cfg->tail_store_path,
                             .instance = "tail",
                             .run_id = run_id,
@@ -415,12 +410,12 @@ static int cmd_tail(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     long printed = 0, dropped = 0, eofs = 0;
-    int64_t last = now_ms();
+    int64_t last = dd_now_ms();
     int rc = 0;
     while (run) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         if (!m) {
-            if (idle_ms > 0 && eofs > 0 && now_ms() - last >= idle_ms)
+            if (idle_ms > 0 && eofs > 0 && dd_now_ms() - last >= idle_ms)
                 break;
             continue;
         }
@@ -429,20 +424,20 @@ static int cmd_tail(int argc, char **argv)
         } else if (m->err) {
             fprintf(stderr, "dedupd: tail: %s\n", rd_kafka_message_errstr(m));
         } else if (m->key && m->key_len) {
-            last = now_ms();
+            last = dd_now_ms();
             /* Print and flush first, then remember the event_key: a crash in
              * between prints the result again (at least once), never loses
              * it. */
             bool seen = false;
             dd_err_t err = store_seen_contains(store, m->key, m->key_len,
-                                               now_ms(), &seen, e, sizeof(e));
+                                               dd_now_ms(), &seen, e, sizeof(e));
             if (!err && !seen) {
                 fwrite(m->payload, 1, m->len, stdout);
                 fputc('\n', stdout);
                 fflush(stdout);
                 printed++;
                 err = store_mark_seen(store, m->key, m->key_len,
-                                      cfg->tail_ttl_ms, now_ms(), &seen, e,
+                                      cfg->tail_ttl_ms, dd_now_ms(), &seen, e,
                                       sizeof(e));
             } else if (!err)
                 dropped++;
@@ -655,7 +650,7 @@ static struct store *open_store_for_cli(const struct cfg *cfg, int *rc)
         return NULL;
     }
     *rc = EXIT_RUNTIME;
-    snprintf(run_id, sizeof(run_id), "cli%lld", (long long)now_ms());
+    snprintf(run_id, sizeof(run_id), "cli%lld", (long long)dd_now_ms());
     struct store_conf sc = {.path = cfg->store_path,
                             .instance = cfg->instance_id,
                             .run_id = run_id,
@@ -730,8 +725,8 @@ static int cmd_inspect(int argc, char **argv)
     int rc = 0;
     struct store_attempt *att = NULL;
     size_t n_att = 0;
-    if (store_op_get(st, op_id, now_ms(), &op, &found, e, sizeof(e)) ||
-        store_attempts_get(st, op_id, now_ms(), &att, &n_att, e, sizeof(e))) {
+    if (store_op_get(st, op_id, dd_now_ms(), &op, &found, e, sizeof(e)) ||
+        store_attempts_get(st, op_id, dd_now_ms(), &att, &n_att, e, sizeof(e))) {
         fprintf(stderr, "dedupd: inspect: %s\n", e);
         rc = EXIT_RUNTIME;
         goto out;
@@ -933,14 +928,14 @@ static int cmd_redrive(int argc, char **argv)
         return EXIT_RUNTIME;
     }
     long seen = 0, sent = 0, kept = 0, eofs = 0;
-    int64_t last = now_ms();
+    int64_t last = dd_now_ms();
     int rc = 0;
     while (run) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         if (!m) {
-            if (eofs > 0 && now_ms() - last >= 2000)
+            if (eofs > 0 && dd_now_ms() - last >= 2000)
                 break;
-            if (now_ms() - last >= 30000) {
+            if (dd_now_ms() - last >= 30000) {
                 fprintf(stderr, "dedupd: redrive: nothing from %s in 30 s\n",
                         cfg->topic_dlq);
                 break;
@@ -957,7 +952,7 @@ static int cmd_redrive(int argc, char **argv)
             rd_kafka_message_destroy(m);
             continue;
         }
-        last = now_ms();
+        last = dd_now_ms();
         seen++;
         struct job *job = NULL;
         char key[JOB_OP_ID_MAX + 80];

@@ -57,6 +57,7 @@
  * The hot index (DESIGN.md section 4) is described where it is implemented,
  * below "hot index".
  */
+#include "dd.h"
 #include "store.h"
 
 #include <assert.h>
@@ -241,17 +242,10 @@ struct store {
 /* ---------------------------------------------------------------------- */
 /* little helpers                                                          */
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t store_clock_ms(struct store *s)
 {
     int64_t c = atomic_load(&s->filter_clock_ms);
-    return c ? c : wall_ms();
+    return c ? c : dd_now_ms();
 }
 
 /* The one expiry rule (C-28): live up to and including expires_at. */
@@ -269,14 +263,7 @@ static int64_t add_ms(int64_t a, int64_t b)
 
 static uint32_t stripe_of(const void *key, size_t len)
 {
-    /* FNV-1a */
-    const unsigned char *p = key;
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= 16777619u;
-    }
-    return h % STORE_STRIPES;
+    return (uint32_t)(dd_fnv1a64(key, len) % STORE_STRIPES);
 }
 
 static void put_le64(unsigned char *p, uint64_t v)
@@ -1049,7 +1036,7 @@ static void op_from_index(const struct idx_slot *sl, const char *request_hash,
 static void *idx_rebuild_main(void *arg)
 {
     struct store *s = arg;
-    int64_t t0 = wall_ms();
+    int64_t t0 = dd_now_ms();
     int64_t w = store_clock_ms(s);
     uint64_t n = 0, skipped = 0, bad = 0;
     char op_id[STORE_KEY_MAX + 1];
@@ -1114,7 +1101,7 @@ static void *idx_rebuild_main(void *arg)
         log_msg(LOG_INFO, "STORE",
                 "index rebuilt in %lld ms: %llu ops, %llu expired skipped, "
                 "%llu unreadable; %s",
-                (long long)(wall_ms() - t0), (unsigned long long)n,
+                (long long)(dd_now_ms() - t0), (unsigned long long)n,
                 (unsigned long long)skipped, (unsigned long long)bad,
                 idx_complete(s) ? "complete" : "a cache only (lossy)");
     return NULL;

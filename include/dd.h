@@ -1,0 +1,58 @@
+/**
+ * @file dd.h
+ * @brief Cross-cutting helpers every module shares: the one clock, the one
+ *        string hash, and the one out-of-memory policy.
+ *
+ * Out-of-memory policy: dedupd's allocations are bounded (pools sized at
+ * start-up, batches capped by config), so a failed allocation on a running
+ * pipeline means the pod's memory limit is wrong, not a condition to retry.
+ * Code on the pipeline, fetch-engine and store threads allocates with the
+ * dd_x* wrappers, which log one line naming the site and abort (exit by
+ * SIGABRT, so Kubernetes restarts the pod and the offsets not committed are
+ * consumed again).  Functions whose contract returns DD_ERR_NOMEM (the store's
+ * public calls, config loading) keep returning it: their caller decides.
+ */
+#ifndef DEDUPD_DD_H
+#define DEDUPD_DD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/**
+ * @brief Wall-clock time, ms since the Unix epoch (CLOCK_REALTIME).
+ *
+ * The one clock of lease expiries, TTLs, deadlines and record times (they are
+ * stored and compared across processes, so they must be wall time).
+ * @locality any thread.
+ */
+int64_t dd_now_ms(void);
+
+/**
+ * @brief FNV-1a, 64-bit, over \p len bytes of \p data (borrowed).
+ *
+ * For in-memory hash tables and lock stripes only: not keyed, so never for
+ * anything an attacker could aim at a table that has no bound (the store's hot
+ * index uses keyed SipHash for that reason).
+ * @locality any thread; pure.
+ */
+uint64_t dd_fnv1a64(const void *data, size_t len);
+
+/** @brief dd_fnv1a64 of a NUL-terminated string \p s (borrowed). */
+uint64_t dd_fnv1a64_str(const char *s);
+
+/**
+ * @brief Log "out of memory: <what>" at LOG_CRIT and abort().  Never returns.
+ * @param what  Static text naming the allocation site (e.g. "op map").
+ */
+_Noreturn void dd_oom(const char *what);
+
+/** @brief malloc(\p n), or dd_oom(\p what). @returns never NULL; free() it. */
+void *dd_xmalloc(size_t n, const char *what);
+/** @brief calloc(\p nmemb, \p size), or dd_oom(\p what). @returns never NULL. */
+void *dd_xcalloc(size_t nmemb, size_t size, const char *what);
+/** @brief realloc(\p p, \p n), or dd_oom(\p what). @returns never NULL. */
+void *dd_xrealloc(void *p, size_t n, const char *what);
+/** @brief strdup(\p s), or dd_oom(\p what). @returns never NULL; free() it. */
+char *dd_xstrdup(const char *s, const char *what);
+
+#endif
