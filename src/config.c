@@ -1,5 +1,6 @@
 /* The option table and its loader.  Defaults live only in cfg_options[]. */
 #include "config.h"
+#include "dd.h"
 #include "log.h"
 
 #include <arpa/inet.h>
@@ -221,15 +222,21 @@ static void list_free(struct cfg_strlist *l)
     l->n = 0;
 }
 
-static void list_push(struct cfg_strlist *l, const char *s)
+/* Append a copy of the \p n bytes at \p s (NUL added). */
+static void list_push_n(struct cfg_strlist *l, const char *s, size_t n)
 {
-    l->v = realloc(l->v, (l->n + 1) * sizeof(*l->v));
-    if (!l->v)
-        abort();
-    l->v[l->n++] = strdup(s);
+    l->v = dd_xrealloc(l->v, (l->n + 1) * sizeof(*l->v), "config list");
+    char *item = dd_xmalloc(n + 1, "config list item");
+    memcpy(item, s, n);
+    item[n] = '\0';
+    l->v[l->n++] = item;
 }
 
-/* Split comma-separated text into a list (items trimmed, empty ones skipped). */
+static void list_push(struct cfg_strlist *l, const char *s)
+{
+    list_push_n(l, s, strlen(s));
+}
+
 /* A list from the environment: items separated by commas or white space
  * (none of the list options' items can hold either), so both
  * "a,b" and "a b" (what `scripts/stack.sh env` prints) work. */
@@ -238,6 +245,7 @@ static bool list_sep(char c)
     return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* Split separated text into a list (items trimmed, empty ones skipped). */
 static void list_set_csv(struct cfg_strlist *l, const char *text)
 {
     list_free(l);
@@ -248,11 +256,8 @@ static void list_set_csv(struct cfg_strlist *l, const char *text)
         const char *e = p;
         while (*e && !list_sep(*e))
             e++;
-        if (e > p) {
-            char *s = strndup(p, (size_t)(e - p));
-            list_push(l, s);
-            free(s);
-        }
+        if (e > p)
+            list_push_n(l, p, (size_t)(e - p));
         p = e;
     }
 }
@@ -266,7 +271,7 @@ static dd_err_t set_text(struct cfg *cfg, const struct cfg_option *o,
     switch (o->type) {
     case CFG_STR:
         free(*(char **)field);
-        *(char **)field = strdup(text);
+        *(char **)field = dd_xstrdup(text, "config string");
         return DD_OK;
     case CFG_LIST:
         list_set_csv((struct cfg_strlist *)field, text);
@@ -351,7 +356,7 @@ static void kafka_set(struct cfg *cfg, const char *name, const char *value)
     for (size_t i = 0; i < cfg->kafka_names.n; i++) {
         if (!strcmp(cfg->kafka_names.v[i], name)) {
             free(cfg->kafka_values.v[i]);
-            cfg->kafka_values.v[i] = strdup(value);
+            cfg->kafka_values.v[i] = dd_xstrdup(value, "config kafka.*");
             return;
         }
     }
@@ -362,7 +367,7 @@ static void kafka_set(struct cfg *cfg, const char *name, const char *value)
 
 static char *opt_strdup(const char *s)
 {
-    return s ? strdup(s) : NULL;
+    return s ? dd_xstrdup(s, "config provider") : NULL;
 }
 
 static void providers_free(struct cfg_providers *ps)
@@ -404,7 +409,7 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
                           "variable it names is not set", src, what);
             return DD_ERR_INVAL;
         }
-        *out = strdup(v);
+        *out = dd_xstrdup(v, "config secret");
         return DD_OK;
     }
     FILE *fp = fopen(file, "rb");
@@ -425,7 +430,7 @@ static dd_err_t secret_read(const char *env, const char *file, char **out,
     if (n && buf[n - 1] == '\n')
         n--;
     buf[n] = '\0';
-    *out = strdup(buf);
+    *out = dd_xstrdup(buf, "config secret");
     memset(buf, 0, sizeof(buf));
     return DD_OK;
 }
@@ -456,42 +461,68 @@ static dd_err_t provider_secret(json_t *o, const char *name, const char *src,
     return secret_read(env, file, out, src, w2, errstr, errstr_size);
 }
 
-static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
-                              const char *src, char *errstr, size_t errstr_size)
+/* Refuse a field of a provider object that is not one of \p known. */
+static dd_err_t provider_check_known(json_t *o, const char *src,
+                                     const char *what, char *errstr,
+                                     size_t errstr_size)
 {
     static const char *const known[] = {
         "name", "gateway", "http_port", "socks_port", "username", "user",
         "password_env", "password_file", "rotation", "rotate_every_s",
         "countries", "sessions", "api_url", "api_key_env", "api_key_file", NULL};
-    providers_free(ps);
-    ps->v = calloc(json_array_size(arr) + 1, sizeof(*ps->v));
-    if (!ps->v)
-        return DD_ERR_NOMEM;
-    size_t i;
-    json_t *o;
-    json_array_foreach(arr, i, o)
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
     {
-        struct cfg_provider *p = &ps->v[ps->n++];
-        char what[48]; /* the key path; errors are "SRC: WHAT...: why" */
-        snprintf(what, sizeof(what), "proxy.providers[%zu]", i);
-        if (!json_is_object(o)) {
-            dd_errstr_set(errstr, errstr_size, "%s: %s: must be an object", src,
-                          what);
+        bool ok = false;
+        for (size_t j = 0; known[j]; j++)
+            ok |= !strcmp(k, known[j]);
+        if (!ok) {
+            dd_errstr_set(errstr, errstr_size, "%s: %s.%s: unknown field", src,
+                          what, k);
             return DD_ERR_INVAL;
         }
-        const char *k;
-        json_t *v;
-        json_object_foreach(o, k, v)
-        {
-            bool ok = false;
-            for (size_t j = 0; known[j]; j++)
-                ok |= !strcmp(k, known[j]);
-            if (!ok) {
-                dd_errstr_set(errstr, errstr_size, "%s: %s.%s: unknown field",
-                              src, what, k);
-                return DD_ERR_INVAL;
-            }
+    }
+    return DD_OK;
+}
+
+/* A provider's "countries": ISO 3166-1 alpha-2 codes, kept upper-cased. */
+static dd_err_t provider_countries_set(struct cfg_provider *p, json_t *c,
+                                       const char *src, const char *what,
+                                       char *errstr, size_t errstr_size)
+{
+    size_t j;
+    json_t *cc;
+    if (!json_is_array(c)) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s.countries: must be "
+                      "an array of ISO 3166-1 alpha-2 codes", src, what);
+        return DD_ERR_INVAL;
+    }
+    json_array_foreach(c, j, cc)
+    {
+        const char *t = json_string_value(cc);
+        if (!t || strlen(t) != 2 || !isalpha((unsigned char)t[0]) ||
+            !isalpha((unsigned char)t[1])) {
+            dd_errstr_set(errstr, errstr_size, "%s: %s.countries[%zu]: "
+                          "not an ISO 3166-1 alpha-2 code", src, what, j);
+            return DD_ERR_INVAL;
         }
+        char up[3] = {(char)toupper((unsigned char)t[0]),
+                      (char)toupper((unsigned char)t[1]), 0};
+        list_push(&p->countries, up);
+    }
+    return DD_OK;
+}
+
+/* One provider object \p o into \p p (what it set is freed with the list,
+ * also on failure).  \p what is its key path, "proxy.providers[N]". */
+static dd_err_t provider_set(struct cfg_provider *p, json_t *o,
+                             const char *src, const char *what, char *errstr,
+                             size_t errstr_size)
+{
+    dd_err_t err = provider_check_known(o, src, what, errstr, errstr_size);
+    if (err)
+        return err;
 #define PSTR(field, key, def)                                                  \
     do {                                                                       \
         json_t *x = json_object_get(o, key);                                   \
@@ -513,63 +544,66 @@ static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
         }                                                                      \
         p->field = x ? json_integer_value(x) : (def);                          \
     } while (0)
-        PSTR(name, "name", NULL);
-        PSTR(gateway, "gateway", NULL);
-        PSTR(username, "username", "{user}");
-        PSTR(user, "user", "");
-        PSTR(rotation, "rotation", "sticky");
-        PSTR(api_url, "api_url", "");
-        PINT(http_port, "http_port", 0, 0, 65535);
-        PINT(socks_port, "socks_port", 0, 0, 65535);
-        PINT(sessions, "sessions", 1, 1, 10000);
-        PINT(rotate_every_s, "rotate_every_s", 0, 0, 86400);
+    PSTR(name, "name", NULL);
+    PSTR(gateway, "gateway", NULL);
+    PSTR(username, "username", "{user}");
+    PSTR(user, "user", "");
+    PSTR(rotation, "rotation", "sticky");
+    PSTR(api_url, "api_url", "");
+    PINT(http_port, "http_port", 0, 0, 65535);
+    PINT(socks_port, "socks_port", 0, 0, 65535);
+    PINT(sessions, "sessions", 1, 1, 10000);
+    PINT(rotate_every_s, "rotate_every_s", 0, 0, 86400);
 #undef PSTR
 #undef PINT
-        if (!p->name || !*p->name || !p->gateway || !*p->gateway) {
-            dd_errstr_set(errstr, errstr_size, "%s: %s: name and gateway are "
-                          "required", src, what);
-            return DD_ERR_INVAL;
-        }
-        if (!p->http_port && !p->socks_port) {
-            dd_errstr_set(errstr, errstr_size,
-                          "%s: %s: http_port or socks_port is required", src,
+    if (!p->name || !*p->name || !p->gateway || !*p->gateway) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s: name and gateway are "
+                      "required", src, what);
+        return DD_ERR_INVAL;
+    }
+    if (!p->http_port && !p->socks_port) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: %s: http_port or socks_port is required", src, what);
+        return DD_ERR_INVAL;
+    }
+    if (strcmp(p->rotation, "sticky") && strcmp(p->rotation, "timed") &&
+        strcmp(p->rotation, "per_request")) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s.rotation: '%s' is not "
+                      "sticky, timed or per_request", src, what, p->rotation);
+        return DD_ERR_INVAL;
+    }
+    json_t *c = json_object_get(o, "countries");
+    if (c)
+        err = provider_countries_set(p, c, src, what, errstr, errstr_size);
+    if (!err)
+        err = provider_secret(o, "password", src, what, &p->password, errstr,
+                              errstr_size);
+    if (!err)
+        err = provider_secret(o, "api_key", src, what, &p->api_key, errstr,
+                              errstr_size);
+    return err;
+}
+
+static dd_err_t providers_set(struct cfg_providers *ps, json_t *arr,
+                              const char *src, char *errstr, size_t errstr_size)
+{
+    providers_free(ps);
+    ps->v = calloc(json_array_size(arr) + 1, sizeof(*ps->v));
+    if (!ps->v)
+        return DD_ERR_NOMEM;
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o)
+    {
+        struct cfg_provider *p = &ps->v[ps->n++];
+        char what[48]; /* the key path; errors are "SRC: WHAT...: why" */
+        snprintf(what, sizeof(what), "proxy.providers[%zu]", i);
+        if (!json_is_object(o)) {
+            dd_errstr_set(errstr, errstr_size, "%s: %s: must be an object", src,
                           what);
             return DD_ERR_INVAL;
         }
-        if (strcmp(p->rotation, "sticky") && strcmp(p->rotation, "timed") &&
-            strcmp(p->rotation, "per_request")) {
-            dd_errstr_set(errstr, errstr_size, "%s: %s.rotation: '%s' is not "
-                          "sticky, timed or per_request", src, what, p->rotation);
-            return DD_ERR_INVAL;
-        }
-        json_t *c = json_object_get(o, "countries");
-        if (c) {
-            size_t j;
-            json_t *cc;
-            if (!json_is_array(c)) {
-                dd_errstr_set(errstr, errstr_size, "%s: %s.countries: must be "
-                              "an array of ISO 3166-1 alpha-2 codes", src, what);
-                return DD_ERR_INVAL;
-            }
-            json_array_foreach(c, j, cc)
-            {
-                const char *t = json_string_value(cc);
-                if (!t || strlen(t) != 2 || !isalpha((unsigned char)t[0]) ||
-                    !isalpha((unsigned char)t[1])) {
-                    dd_errstr_set(errstr, errstr_size, "%s: %s.countries[%zu]: "
-                                  "not an ISO 3166-1 alpha-2 code", src, what, j);
-                    return DD_ERR_INVAL;
-                }
-                char up[3] = {(char)toupper((unsigned char)t[0]),
-                              (char)toupper((unsigned char)t[1]), 0};
-                list_push(&p->countries, up);
-            }
-        }
-        dd_err_t err = provider_secret(o, "password", src, what, &p->password,
-                                       errstr, errstr_size);
-        if (!err)
-            err = provider_secret(o, "api_key", src, what, &p->api_key, errstr,
-                                  errstr_size);
+        dd_err_t err = provider_set(p, o, src, what, errstr, errstr_size);
         if (err)
             return err;
     }
@@ -692,101 +726,97 @@ static void env_to_name(const char *env, char *out, size_t size)
     out[j] = '\0';
 }
 
-dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
-                  char *errstr, size_t errstr_size)
+/* Every option at its table default. */
+static dd_err_t load_defaults(struct cfg *cfg, char *errstr, size_t errstr_size)
 {
-    dd_err_t err = DD_OK;
-    struct cfg *cfg = calloc(1, sizeof(*cfg));
-    if (!cfg)
-        return DD_ERR_NOMEM;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        err = set_text(cfg, &cfg_options[i], cfg_options[i].vdef, "default",
-                       errstr, errstr_size);
+        dd_err_t err = set_text(cfg, &cfg_options[i], cfg_options[i].vdef,
+                                "default", errstr, errstr_size);
         if (err)
-            goto out;
+            return err;
     }
-    if (path) {
-        json_error_t jerr;
-        json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-        if (!root) {
-            /* jansson's text quotes the bytes near the error (a short
-             * api.token or password with a typo): only the kind is kept */
-            const char *near = strstr(jerr.text, " near '");
-            int kind = near ? (int)(near - jerr.text) : (int)strlen(jerr.text);
-            if (jerr.line < 0)
-                dd_errstr_set(errstr, errstr_size, "%s: %.*s", path, kind,
-                              jerr.text);
-            else
-                dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %.*s (byte %d)",
-                              path, jerr.line, jerr.column, kind, jerr.text,
-                              jerr.position);
-            err = jerr.line <= 0 && jerr.position == 0 ? DD_ERR_IO : DD_ERR_INVAL;
-            goto out;
-        }
-        if (!json_is_object(root)) {
-            dd_errstr_set(errstr, errstr_size, "%s: top level must be an object",
-                          path);
-            json_decref(root);
-            err = DD_ERR_INVAL;
-            goto out;
-        }
+    return DD_OK;
+}
+
+/* A file jansson could not load: "FILE:LINE:COL: kind (byte N)", or
+ * "FILE: kind" without a position.  DD_ERR_IO when the file could not be
+ * read at all (no position), DD_ERR_INVAL for its contents. */
+static dd_err_t file_error(const char *path, const json_error_t *jerr,
+                           char *errstr, size_t errstr_size)
+{
+    /* jansson's text quotes the bytes near the error (a short api.token or
+     * password with a typo): only the kind is kept */
+    const char *near = strstr(jerr->text, " near '");
+    int kind = near ? (int)(near - jerr->text) : (int)strlen(jerr->text);
+    if (jerr->line < 0)
+        dd_errstr_set(errstr, errstr_size, "%s: %.*s", path, kind, jerr->text);
+    else
+        dd_errstr_set(errstr, errstr_size, "%s:%d:%d: %.*s (byte %d)", path,
+                      jerr->line, jerr->column, kind, jerr->text,
+                      jerr->position);
+    return jerr->line <= 0 && jerr->position == 0 ? DD_ERR_IO : DD_ERR_INVAL;
+}
+
+/* The JSON file at \p path (an object of nested objects) over \p cfg. */
+static dd_err_t load_file(struct cfg *cfg, const char *path, char *errstr,
+                          size_t errstr_size)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return file_error(path, &jerr, errstr, errstr_size);
+    dd_err_t err;
+    if (!json_is_object(root)) {
+        dd_errstr_set(errstr, errstr_size, "%s: top level must be an object",
+                      path);
+        err = DD_ERR_INVAL;
+    } else {
         err = walk(cfg, root, "", path, errstr, errstr_size);
-        json_decref(root);
-        if (err)
-            goto out;
     }
-    for (size_t i = 0; envp && envp[i]; i++) {
-        if (strncmp(envp[i], "DEDUPD_", 7))
-            continue;
-        const char *eq = strchr(envp[i], '=');
-        if (!eq)
-            continue;
-        /* Options are "section.key", so their variables contain "__"
-         * (DEDUPD_FETCH__TIMEOUT_MS); other DEDUPD_* variables belong to the
-         * scripts (DEDUPD_STACK_DIR, ...) and are not ours to refuse. */
-        const char *dunder = strstr(envp[i], "__");
-        if (!dunder || dunder > eq)
-            continue;
-        char envname[256], name[256];
-        snprintf(envname, sizeof(envname), "%.*s", (int)(eq - envp[i] - 7),
-                 envp[i] + 7);
-        env_to_name(envname, name, sizeof(name));
-        char src[300];
-        snprintf(src, sizeof(src), "environment DEDUPD_%s", envname);
-        if (!strncmp(name, "kafka.", 6)) {
-            /* librdkafka names use '.', which the environment cannot carry:
-             * DEDUPD_KAFKA__SOCKET__TIMEOUT__MS -> kafka.socket.timeout.ms,
-             * single '_' kept as is. */
-            kafka_set(cfg, name + 6, eq + 1);
-            continue;
-        }
-        const struct cfg_option *o = find_option(name);
-        if (!o) {
-            dd_errstr_set(errstr, errstr_size, "%s: %s: unknown option", src,
-                          name);
-            err = DD_ERR_INVAL;
-            goto out;
-        }
-        err = set_text(cfg, o, eq + 1, src, errstr, errstr_size);
-        if (err)
-            goto out;
+    json_decref(root);
+    return err;
+}
+
+/* One "DEDUPD_..._...=value" entry of the environment over \p cfg; other
+ * entries are not ours and are skipped. */
+static dd_err_t load_env_var(struct cfg *cfg, const char *var, char *errstr,
+                             size_t errstr_size)
+{
+    if (strncmp(var, "DEDUPD_", 7))
+        return DD_OK;
+    const char *eq = strchr(var, '=');
+    if (!eq)
+        return DD_OK;
+    /* Options are "section.key", so their variables contain "__"
+     * (DEDUPD_FETCH__TIMEOUT_MS); other DEDUPD_* variables belong to the
+     * scripts (DEDUPD_STACK_DIR, ...) and are not ours to refuse. */
+    const char *dunder = strstr(var, "__");
+    if (!dunder || dunder > eq)
+        return DD_OK;
+    char envname[256], name[256];
+    snprintf(envname, sizeof(envname), "%.*s", (int)(eq - var - 7), var + 7);
+    env_to_name(envname, name, sizeof(name));
+    char src[300];
+    snprintf(src, sizeof(src), "environment DEDUPD_%s", envname);
+    if (!strncmp(name, "kafka.", 6)) {
+        /* librdkafka names use '.', which the environment cannot carry:
+         * DEDUPD_KAFKA__SOCKET__TIMEOUT__MS -> kafka.socket.timeout.ms,
+         * single '_' kept as is. */
+        kafka_set(cfg, name + 6, eq + 1);
+        return DD_OK;
     }
-    /* Cross-field rules; errors name the file (or "config" without one). */
-    const char *src = path ? path : "config";
-    if (log_level_parse(cfg->log_level) < 0) {
-        dd_errstr_set(errstr, errstr_size,
-                      "%s: log.level: '%s' is not one of error, warning, "
-                      "notice, info, debug", src, cfg->log_level);
-        err = DD_ERR_INVAL;
-        goto out;
+    const struct cfg_option *o = find_option(name);
+    if (!o) {
+        dd_errstr_set(errstr, errstr_size, "%s: %s: unknown option", src, name);
+        return DD_ERR_INVAL;
     }
-    if (cfg->fetch_backoff_max_ms < cfg->fetch_backoff_base_ms) {
-        dd_errstr_set(errstr, errstr_size,
-                      "%s: fetch.backoff_max_ms: must be at least "
-                      "fetch.backoff_base_ms", src);
-        err = DD_ERR_INVAL;
-        goto out;
-    }
+    return set_text(cfg, o, eq + 1, src, errstr, errstr_size);
+}
+
+/* fetch.blocked_statuses: each an HTTP error status, 400..599. */
+static dd_err_t check_blocked_statuses(const struct cfg *cfg, const char *src,
+                                       char *errstr, size_t errstr_size)
+{
     for (size_t i = 0; i < cfg->fetch_blocked_statuses.n; i++) {
         char *end;
         long s = strtol(cfg->fetch_blocked_statuses.v[i], &end, 10);
@@ -794,10 +824,16 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
             dd_errstr_set(errstr, errstr_size,
                           "%s: fetch.blocked_statuses: '%s' is not an HTTP "
                           "status 400..599", src, cfg->fetch_blocked_statuses.v[i]);
-            err = DD_ERR_INVAL;
-            goto out;
+            return DD_ERR_INVAL;
         }
     }
+    return DD_OK;
+}
+
+/* proxy.exits: http://, socks5:// or socks5h:// URLs without credentials. */
+static dd_err_t check_proxy_exits(const struct cfg *cfg, const char *src,
+                                  char *errstr, size_t errstr_size)
+{
     for (size_t i = 0; i < cfg->proxy_exits.n; i++) {
         const char *e = cfg->proxy_exits.v[i];
         if (strncmp(e, "http://", 7) && strncmp(e, "socks5h://", 10) &&
@@ -805,27 +841,81 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
             dd_errstr_set(errstr, errstr_size,
                           "%s: proxy.exits: '%s' must start with http://, "
                           "socks5:// or socks5h://", src, e);
-            err = DD_ERR_INVAL;
-            goto out;
+            return DD_ERR_INVAL;
         }
         if (strchr(e, '@')) {
             dd_errstr_set(errstr, errstr_size,
                           "%s: proxy.exits: entry %zu carries credentials; "
                           "they never go in a URL", src, i);
-            err = DD_ERR_INVAL;
-            goto out;
+            return DD_ERR_INVAL;
         }
     }
+    return DD_OK;
+}
+
+/* fetch.allow_targets: each an IPv4 or IPv6 CIDR. */
+static dd_err_t check_allow_targets(const struct cfg *cfg, const char *src,
+                                    char *errstr, size_t errstr_size)
+{
     for (size_t i = 0; i < cfg->fetch_allow_targets.n; i++) {
         if (!cidr_valid(cfg->fetch_allow_targets.v[i])) {
             dd_errstr_set(errstr, errstr_size,
                           "%s: fetch.allow_targets: '%s' is not an IPv4 or IPv6 "
                           "CIDR (e.g. 127.0.0.1/32)", src,
                           cfg->fetch_allow_targets.v[i]);
-            err = DD_ERR_INVAL;
-            goto out;
+            return DD_ERR_INVAL;
         }
     }
+    return DD_OK;
+}
+
+/* The rules no single row can check (a value against a list or another
+ * option), once every source is applied; errors name \p src. */
+static dd_err_t check_rules(const struct cfg *cfg, const char *src,
+                            char *errstr, size_t errstr_size)
+{
+    if (log_level_parse(cfg->log_level) < 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: log.level: '%s' is not one of error, warning, "
+                      "notice, info, debug", src, cfg->log_level);
+        return DD_ERR_INVAL;
+    }
+    if (cfg->fetch_backoff_max_ms < cfg->fetch_backoff_base_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: fetch.backoff_max_ms: must be at least "
+                      "fetch.backoff_base_ms", src);
+        return DD_ERR_INVAL;
+    }
+    dd_err_t err = check_blocked_statuses(cfg, src, errstr, errstr_size);
+    if (!err)
+        err = check_proxy_exits(cfg, src, errstr, errstr_size);
+    if (!err)
+        err = check_allow_targets(cfg, src, errstr, errstr_size);
+    return err;
+}
+
+dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
+                  char *errstr, size_t errstr_size)
+{
+    dd_err_t err;
+    struct cfg *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg)
+        return DD_ERR_NOMEM;
+    err = load_defaults(cfg, errstr, errstr_size);
+    if (err)
+        goto out;
+    if (path) {
+        err = load_file(cfg, path, errstr, errstr_size);
+        if (err)
+            goto out;
+    }
+    for (size_t i = 0; envp && envp[i]; i++) {
+        err = load_env_var(cfg, envp[i], errstr, errstr_size);
+        if (err)
+            goto out;
+    }
+    /* Cross-field rules; errors name the file (or "config" without one). */
+    err = check_rules(cfg, path ? path : "config", errstr, errstr_size);
 out:
     if (err) {
         cfg_destroy(cfg);

@@ -623,30 +623,31 @@ static bool method_is_safe(const struct job_request *req)
 
 /* ---- top-level fields --------------------------------------------------- */
 
-static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
-                             size_t errstr_size)
+/* "job_key": 1..JOB_KEY_MAX bytes without control characters. */
+static dd_err_t parse_job_key(json_t *v, struct job *job, char *errstr,
+                              size_t errstr_size)
 {
-    json_t *v;
+    if (!json_is_string(v))
+        return invalid(errstr, errstr_size,
+                       "field 'job_key': must be a string");
+    size_t n = json_string_length(v);
+    if (n < 1 || n > JOB_KEY_MAX)
+        return invalid(errstr, errstr_size,
+                       "field 'job_key': must be 1..%d bytes, not %zu",
+                       JOB_KEY_MAX, n);
+    if (has_ctl(json_string_value(v), n, false))
+        return invalid(errstr, errstr_size,
+                       "field 'job_key': contains a control character");
+    job->job_key = dup_n(json_string_value(v), n);
+    if (!job->job_key)
+        return nomem(errstr, errstr_size);
+    return DD_OK;
+}
 
-    v = field(root, "job_key");
-    if (v) {
-        if (!json_is_string(v))
-            return invalid(errstr, errstr_size,
-                           "field 'job_key': must be a string");
-        size_t n = json_string_length(v);
-        if (n < 1 || n > JOB_KEY_MAX)
-            return invalid(errstr, errstr_size,
-                           "field 'job_key': must be 1..%d bytes, not %zu",
-                           JOB_KEY_MAX, n);
-        if (has_ctl(json_string_value(v), n, false))
-            return invalid(errstr, errstr_size,
-                           "field 'job_key': contains a control character");
-        job->job_key = dup_n(json_string_value(v), n);
-        if (!job->job_key)
-            return nomem(errstr, errstr_size);
-    }
-
-    v = field(root, "scope");
+/* "scope": [A-Za-z0-9._-]{1,64}, "default" when absent. */
+static dd_err_t parse_scope(json_t *v, struct job *job, char *errstr,
+                            size_t errstr_size)
+{
     const char *scope = "default";
     if (v) {
         if (!json_is_string(v))
@@ -665,21 +666,82 @@ static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
     job->scope = strdup(scope);
     if (!job->scope)
         return nomem(errstr, errstr_size);
+    return DD_OK;
+}
 
+/* "country": ISO 3166-1 alpha-2, kept upper-cased. */
+static dd_err_t parse_country(json_t *v, struct job *job, char *errstr,
+                              size_t errstr_size)
+{
+    const char *c = json_is_string(v) ? json_string_value(v) : NULL;
+    if (!c || json_string_length(v) != 2 || !a_alpha((unsigned char)c[0]) ||
+        !a_alpha((unsigned char)c[1]))
+        return invalid(errstr, errstr_size,
+                       "field 'country': must be an ISO 3166-1 alpha-2 "
+                       "code (two letters)");
+    job->country = malloc(3);
+    if (!job->country)
+        return nomem(errstr, errstr_size);
+    job->country[0] = (char)toupper((unsigned char)c[0]);
+    job->country[1] = (char)toupper((unsigned char)c[1]);
+    job->country[2] = '\0';
+    return DD_OK;
+}
+
+/* "scheduled_for": RFC 3339, kept normalized to UTC (rfc3339_normalize). */
+static dd_err_t parse_scheduled_for(json_t *v, struct job *job, char *errstr,
+                                    size_t errstr_size)
+{
+    char norm[RFC3339_MAX];
+    const char *why = json_is_string(v)
+                          ? rfc3339_normalize(json_string_value(v), norm)
+                          : "must be an RFC 3339 date-time string";
+    if (why)
+        return invalid(errstr, errstr_size, "field 'scheduled_for': %s", why);
+    job->scheduled_for = strdup(norm);
+    if (!job->scheduled_for)
+        return nomem(errstr, errstr_size);
+    return DD_OK;
+}
+
+/* "rotation": sticky, timed or per_request. */
+static dd_err_t parse_rotation(json_t *v, struct job *job, char *errstr,
+                               size_t errstr_size)
+{
+    const char *r = json_is_string(v) ? json_string_value(v) : "";
+    if (strcmp(r, "sticky") != 0 && strcmp(r, "timed") != 0 &&
+        strcmp(r, "per_request") != 0)
+        return invalid(errstr, errstr_size,
+                       "field 'rotation': must be sticky, timed or "
+                       "per_request");
+    job->rotation = strdup(r);
+    if (!job->rotation)
+        return nomem(errstr, errstr_size);
+    return DD_OK;
+}
+
+/* The top-level fields other than the request(s) and "safe", checked in a
+ * fixed order so that a job with several faults always names the same one. */
+static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
+                             size_t errstr_size)
+{
+    dd_err_t err;
+    json_t *v;
+
+    v = field(root, "job_key");
+    if (v) {
+        err = parse_job_key(v, job, errstr, errstr_size);
+        if (err)
+            return err;
+    }
+    err = parse_scope(field(root, "scope"), job, errstr, errstr_size);
+    if (err)
+        return err;
     v = field(root, "country");
     if (v) {
-        const char *c = json_is_string(v) ? json_string_value(v) : NULL;
-        if (!c || json_string_length(v) != 2 || !a_alpha((unsigned char)c[0]) ||
-            !a_alpha((unsigned char)c[1]))
-            return invalid(errstr, errstr_size,
-                           "field 'country': must be an ISO 3166-1 alpha-2 "
-                           "code (two letters)");
-        job->country = malloc(3);
-        if (!job->country)
-            return nomem(errstr, errstr_size);
-        job->country[0] = (char)toupper((unsigned char)c[0]);
-        job->country[1] = (char)toupper((unsigned char)c[1]);
-        job->country[2] = '\0';
+        err = parse_country(v, job, errstr, errstr_size);
+        if (err)
+            return err;
     }
 
     v = field(root, "parser_version");
@@ -692,29 +754,15 @@ static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
 
     v = field(root, "scheduled_for");
     if (v) {
-        char norm[RFC3339_MAX];
-        const char *why = json_is_string(v)
-                              ? rfc3339_normalize(json_string_value(v), norm)
-                              : "must be an RFC 3339 date-time string";
-        if (why)
-            return invalid(errstr, errstr_size, "field 'scheduled_for': %s",
-                           why);
-        job->scheduled_for = strdup(norm);
-        if (!job->scheduled_for)
-            return nomem(errstr, errstr_size);
+        err = parse_scheduled_for(v, job, errstr, errstr_size);
+        if (err)
+            return err;
     }
-
     v = field(root, "rotation");
     if (v) {
-        const char *r = json_is_string(v) ? json_string_value(v) : "";
-        if (strcmp(r, "sticky") != 0 && strcmp(r, "timed") != 0 &&
-            strcmp(r, "per_request") != 0)
-            return invalid(errstr, errstr_size,
-                           "field 'rotation': must be sticky, timed or "
-                           "per_request");
-        job->rotation = strdup(r);
-        if (!job->rotation)
-            return nomem(errstr, errstr_size);
+        err = parse_rotation(v, job, errstr, errstr_size);
+        if (err)
+            return err;
     }
 
     v = field(root, "deadline_s");
@@ -930,6 +978,72 @@ static dd_err_t load_error(const json_error_t *je, char *errstr,
     }
 }
 
+/* A workflow job's requests: "steps", 1..JOB_STEPS_MAX request objects, and
+ * no request field beside it; req becomes a shallow copy of steps[0]. */
+static dd_err_t parse_steps(json_t *root, json_t *steps, struct job *job,
+                            char *errstr, size_t errstr_size)
+{
+    static const char *const req_fields[] = { "url", "method", "headers",
+                                              "body", "body_base64" };
+    dd_err_t err;
+    for (size_t i = 0; i < NELEM(req_fields); i++) {
+        if (field(root, req_fields[i]))
+            return invalid(errstr, errstr_size,
+                           "field '%s': not allowed with 'steps' (each "
+                           "step carries its own request)",
+                           req_fields[i]);
+    }
+    size_t n = json_is_array(steps) ? json_array_size(steps) : 0;
+    if (n < 1 || n > JOB_STEPS_MAX)
+        return invalid(errstr, errstr_size,
+                       "field 'steps': must be an array of 1..%d request "
+                       "objects",
+                       JOB_STEPS_MAX);
+    job->steps = calloc(n, sizeof(*job->steps));
+    if (!job->steps)
+        return nomem(errstr, errstr_size);
+    for (size_t i = 0; i < n; i++) {
+        char prefix[JOB_FIELD_NAME_MAX];
+        json_t *s = json_array_get(steps, i);
+        snprintf(prefix, sizeof(prefix), "steps[%zu].", i);
+        if (!json_is_object(s))
+            return invalid(errstr, errstr_size,
+                           "field 'steps[%zu]': must be a request object", i);
+        err = check_unknown(s, step_fields, NELEM(step_fields), prefix, errstr,
+                            errstr_size);
+        if (err)
+            return err;
+        /* counted before parsing so job_destroy frees a partial step */
+        job->n_steps = i + 1;
+        err = parse_request(s, prefix, &job->steps[i], errstr, errstr_size);
+        if (err)
+            return err;
+    }
+    /* req is a shallow copy of steps[0]: it borrows its pointers */
+    job->req = job->steps[0];
+    return DD_OK;
+}
+
+/* "safe" when given; else GET/HEAD, for a workflow on every step. */
+static dd_err_t parse_safe(json_t *root, struct job *job, char *errstr,
+                           size_t errstr_size)
+{
+    json_t *safe = field(root, "safe");
+    if (safe && !json_is_boolean(safe))
+        return invalid(errstr, errstr_size,
+                       "field 'safe': must be true or false");
+    if (safe) {
+        job->safe = json_is_true(safe);
+    } else if (job->steps) {
+        job->safe = true;
+        for (size_t i = 0; i < job->n_steps; i++)
+            job->safe = job->safe && method_is_safe(&job->steps[i]);
+    } else {
+        job->safe = method_is_safe(&job->req);
+    }
+    return DD_OK;
+}
+
 dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
                    struct job **out, char *errstr, size_t errstr_size)
 {
@@ -967,83 +1081,17 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
         err = nomem(errstr, errstr_size);
         goto out;
     }
-
     json_t *steps = field(root, "steps");
-    if (steps) {
-        static const char *const req_fields[] = { "url", "method", "headers",
-                                                  "body", "body_base64" };
-        for (size_t i = 0; i < NELEM(req_fields); i++) {
-            if (field(root, req_fields[i])) {
-                err = invalid(errstr, errstr_size,
-                              "field '%s': not allowed with 'steps' (each "
-                              "step carries its own request)",
-                              req_fields[i]);
-                goto out;
-            }
-        }
-        size_t n = json_is_array(steps) ? json_array_size(steps) : 0;
-        if (n < 1 || n > JOB_STEPS_MAX) {
-            err = invalid(errstr, errstr_size,
-                          "field 'steps': must be an array of 1..%d request "
-                          "objects",
-                          JOB_STEPS_MAX);
-            goto out;
-        }
-        job->steps = calloc(n, sizeof(*job->steps));
-        if (!job->steps) {
-            err = nomem(errstr, errstr_size);
-            goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-            char prefix[JOB_FIELD_NAME_MAX];
-            json_t *s = json_array_get(steps, i);
-            snprintf(prefix, sizeof(prefix), "steps[%zu].", i);
-            if (!json_is_object(s)) {
-                err = invalid(errstr, errstr_size,
-                              "field 'steps[%zu]': must be a request object",
-                              i);
-                goto out;
-            }
-            err = check_unknown(s, step_fields, NELEM(step_fields), prefix,
-                                errstr, errstr_size);
-            if (err)
-                goto out;
-            /* counted before parsing so job_destroy frees a partial step */
-            job->n_steps = i + 1;
-            err = parse_request(s, prefix, &job->steps[i], errstr,
-                                errstr_size);
-            if (err)
-                goto out;
-        }
-        /* req is a shallow copy of steps[0]: it borrows its pointers */
-        job->req = job->steps[0];
-    } else {
+    if (steps)
+        err = parse_steps(root, steps, job, errstr, errstr_size);
+    else
         err = parse_request(root, "", &job->req, errstr, errstr_size);
-        if (err)
-            goto out;
-    }
-
-    err = parse_fields(root, job, errstr, errstr_size);
-    if (err)
-        goto out;
-
-    json_t *safe = field(root, "safe");
-    if (safe && !json_is_boolean(safe)) {
-        err = invalid(errstr, errstr_size,
-                      "field 'safe': must be true or false");
-        goto out;
-    }
-    if (safe) {
-        job->safe = json_is_true(safe);
-    } else if (job->steps) {
-        job->safe = true;
-        for (size_t i = 0; i < job->n_steps; i++)
-            job->safe = job->safe && method_is_safe(&job->steps[i]);
-    } else {
-        job->safe = method_is_safe(&job->req);
-    }
-
-    err = derive_identity(conf, job, errstr, errstr_size);
+    if (!err)
+        err = parse_fields(root, job, errstr, errstr_size);
+    if (!err)
+        err = parse_safe(root, job, errstr, errstr_size);
+    if (!err)
+        err = derive_identity(conf, job, errstr, errstr_size);
     if (err)
         goto out;
     *out = job;

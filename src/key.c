@@ -43,6 +43,7 @@
  * point (found by fuzz_url, tests/fuzz/regressions/url/).
  */
 #include "key.h"
+#include "dd.h"
 #include "jstr.h"
 
 #include <ctype.h>
@@ -439,156 +440,226 @@ out:
     return err;
 }
 
+/* The parts of a parsed URL, as CURLU hands them out (curl_free each). */
+struct url_parts {
+    char *scheme, *host, *port, *path, *query;
+};
+
+static void url_parts_fini(struct url_parts *u)
+{
+    curl_free(u->scheme);
+    curl_free(u->host);
+    curl_free(u->port);
+    curl_free(u->path);
+    curl_free(u->query);
+    memset(u, 0, sizeof(*u));
+}
+
+/* What the authority holds that curl transforms (scan_authority). */
+struct authority {
+    bool transformed; /* a '%' or a non-ASCII byte: decoded or IDN-converted */
+    bool non_ascii;   /* a non-ASCII byte: IDN */
+};
+
+/*
+ * Parse \p url with CURLU into \p *h (curl_url_cleanup it, also on failure).
+ * Refuses a host that is not UTF-8, what CURLU refuses, and userinfo.
+ */
+static dd_err_t url_parse(const char *url, CURLU **h, struct authority *auth,
+                          char *errstr, size_t errstr_size)
+{
+    char *user = NULL;
+    dd_err_t err;
+
+    *h = curl_url();
+    if (!*h)
+        return nomem(errstr, errstr_size);
+    err = scan_authority(url, &auth->transformed, &auth->non_ascii, errstr,
+                         errstr_size);
+    if (err)
+        return err;
+    CURLUcode rc = curl_url_set(*h, CURLUPART_URL, url,
+                                CURLU_PATH_AS_IS | CURLU_DISALLOW_USER);
+    if (rc == CURLUE_OUT_OF_MEMORY && auth->transformed)
+        return host_refused(auth->non_ascii, errstr, errstr_size);
+    err = curlu_error(rc, errstr, errstr_size);
+    if (err)
+        return err;
+    /* CURLU_DISALLOW_USER already refuses "user@"; belt and braces. */
+    if (curl_url_get(*h, CURLUPART_USER, &user, 0) == CURLUE_OK)
+        err = curlu_error(CURLUE_USER_NOT_ALLOWED, errstr, errstr_size);
+    curl_free(user);
+    return err;
+}
+
+/*
+ * Step 1 on the host, and the host curl connects to: IDN to punycode,
+ * lower-cased, LDH labels only, read once more when it was percent-decoded or
+ * IDN-converted.  Refuses an IPv6 zone id.
+ */
+static dd_err_t url_host_get(CURLU *h, const struct authority *auth,
+                             char **host, char *errstr, size_t errstr_size)
+{
+    char *zone = NULL;
+    dd_err_t err;
+    CURLUcode rc = curl_url_get(h, CURLUPART_HOST, host, CURLU_PUNYCODE);
+    if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME ||
+        (rc == CURLUE_OUT_OF_MEMORY && auth->transformed)) {
+        /* (BAD_HOSTNAME and LACKS_IDN come from the IDN step) */
+        return host_refused(auth->non_ascii || !auth->transformed, errstr,
+                            errstr_size);
+    }
+    err = curlu_error(rc, errstr, errstr_size);
+    if (err)
+        return err;
+    for (char *p = *host; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    err = check_host_chars(*host, errstr, errstr_size);
+    if (err)
+        return err;
+    /* percent-decoded or IDN-converted: the host curl (and the resolver)
+     * will read from it, so that normalize is a fixed point */
+    if (auth->transformed) {
+        err = host_reparse(host, errstr, errstr_size);
+        if (err)
+            return err;
+    }
+    if (curl_url_get(h, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
+        dd_errstr_set(errstr, errstr_size, "IPv6 zone id is not allowed");
+        err = DD_ERR_PERMANENT;
+    }
+    curl_free(zone);
+    return err;
+}
+
+/* Step 4 on the port, scheme-aware: NULL when it is the scheme's default or
+ * empty; port 0 is refused. */
+static dd_err_t url_port_get(CURLU *h, char **port, char *errstr,
+                             size_t errstr_size)
+{
+    CURLUcode rc = curl_url_get(h, CURLUPART_PORT, port,
+                                CURLU_NO_DEFAULT_PORT);
+    if (rc != CURLUE_OK && rc != CURLUE_NO_PORT)
+        return curlu_error(rc, errstr, errstr_size);
+    if (*port && strcmp(*port, "0") == 0) {
+        dd_errstr_set(errstr, errstr_size, "port 0 is not a valid port");
+        return DD_ERR_PERMANENT;
+    }
+    return DD_OK;
+}
+
+/* Every part of \p h that the normalized form keeps (the fragment is not
+ * one), in the order of the checks that may refuse the URL. */
+static dd_err_t url_parts_get(CURLU *h, const struct authority *auth,
+                              struct url_parts *u, char *errstr,
+                              size_t errstr_size)
+{
+    dd_err_t err = curlu_error(curl_url_get(h, CURLUPART_SCHEME, &u->scheme, 0),
+                               errstr, errstr_size);
+    if (!err)
+        err = url_host_get(h, auth, &u->host, errstr, errstr_size);
+    if (!err)
+        err = url_port_get(h, &u->port, errstr, errstr_size);
+    if (!err)
+        err = curlu_error(curl_url_get(h, CURLUPART_PATH, &u->path, 0), errstr,
+                          errstr_size);
+    if (err)
+        return err;
+    CURLUcode rc = curl_url_get(h, CURLUPART_QUERY, &u->query, 0);
+    if (rc != CURLUE_OK && rc != CURLUE_NO_QUERY)
+        return curlu_error(rc, errstr, errstr_size);
+    return DD_OK;
+}
+
+/* Steps 2 and 3 on the path: percent-encoding, then dot segments, then
+ * "" -> "/". */
+static dd_err_t append_path(struct sbuf *res, const char *path, char *errstr,
+                            size_t errstr_size)
+{
+    struct sbuf pct = { 0 }, dots = { 0 };
+    dd_err_t err = DD_OK;
+    pct_normalize(&pct, path);
+    if (!pct.oom)
+        remove_dot_segments(&dots, pct.p ? pct.p : "");
+    if (pct.oom || dots.oom)
+        err = nomem(errstr, errstr_size);
+    else
+        sbuf_puts(res, dots.len ? dots.p : "/");
+    free(dots.p);
+    free(pct.p);
+    return err;
+}
+
+/* Steps 2 and 5 on a query: percent-encoding, then the stable sort by name;
+ * an empty query is dropped. */
+static dd_err_t append_query(struct sbuf *res, const char *query, char *errstr,
+                             size_t errstr_size)
+{
+    struct sbuf pct = { 0 };
+    dd_err_t err = DD_OK;
+    if (!query || query[0] == '\0')
+        return DD_OK;
+    pct_normalize(&pct, query);
+    if (pct.oom) {
+        err = nomem(errstr, errstr_size);
+    } else {
+        sbuf_putc(res, '?');
+        if (sort_query(res, pct.p))
+            err = nomem(errstr, errstr_size);
+    }
+    free(pct.p);
+    return err;
+}
+
+/* scheme://host[:port]path[?query], the scheme lower-cased. */
+static dd_err_t url_assemble(struct url_parts *u, char **out, char *errstr,
+                             size_t errstr_size)
+{
+    struct sbuf res = { 0 };
+    dd_err_t err;
+    for (char *p = u->scheme; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+    sbuf_puts(&res, u->scheme);
+    sbuf_puts(&res, "://");
+    sbuf_puts(&res, u->host);
+    if (u->port) {
+        sbuf_putc(&res, ':');
+        sbuf_puts(&res, u->port);
+    }
+    err = append_path(&res, u->path, errstr, errstr_size);
+    if (!err)
+        err = append_query(&res, u->query, errstr, errstr_size);
+    if (!err && res.oom)
+        err = nomem(errstr, errstr_size);
+    if (err) {
+        free(res.p);
+        return err;
+    }
+    *out = res.p;
+    return DD_OK;
+}
+
 dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
                            size_t errstr_size)
 {
     dd_err_t err;
     CURLU *h = NULL;
-    char *scheme = NULL, *host = NULL, *port = NULL, *path = NULL;
-    char *query = NULL, *zone = NULL, *user = NULL;
-    struct sbuf pct = { 0 }, dots = { 0 }, res = { 0 };
+    struct authority auth = { false, false };
+    struct url_parts parts = { 0 };
 
     *out = NULL;
     err = check_scheme(url, errstr, errstr_size);
     if (err)
         goto out;
-
-    h = curl_url();
-    if (!h) {
-        err = nomem(errstr, errstr_size);
-        goto out;
-    }
-    bool transformed, non_ascii;
-    err = scan_authority(url, &transformed, &non_ascii, errstr, errstr_size);
+    err = url_parse(url, &h, &auth, errstr, errstr_size);
     if (err)
         goto out;
-    CURLUcode rc = curl_url_set(h, CURLUPART_URL, url,
-                                CURLU_PATH_AS_IS | CURLU_DISALLOW_USER);
-    if (rc == CURLUE_OUT_OF_MEMORY && transformed) {
-        err = host_refused(non_ascii, errstr, errstr_size);
-        goto out;
-    }
-    err = curlu_error(rc, errstr, errstr_size);
+    err = url_parts_get(h, &auth, &parts, errstr, errstr_size);
     if (err)
         goto out;
-    /* CURLU_DISALLOW_USER already refuses "user@"; belt and braces. */
-    if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK) {
-        err = curlu_error(CURLUE_USER_NOT_ALLOWED, errstr, errstr_size);
-        goto out;
-    }
-    err = curlu_error(curl_url_get(h, CURLUPART_SCHEME, &scheme, 0), errstr,
-                      errstr_size);
-    if (err)
-        goto out;
-
-    rc = curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE);
-    if (rc == CURLUE_LACKS_IDN || rc == CURLUE_BAD_HOSTNAME ||
-        (rc == CURLUE_OUT_OF_MEMORY && transformed)) {
-        /* (BAD_HOSTNAME and LACKS_IDN come from the IDN step) */
-        err = host_refused(non_ascii || !transformed, errstr, errstr_size);
-        goto out;
-    }
-    err = curlu_error(rc, errstr, errstr_size);
-    if (err)
-        goto out;
-    for (char *p = host; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    err = check_host_chars(host, errstr, errstr_size);
-    if (err)
-        goto out;
-    /* percent-decoded or IDN-converted: the host curl (and the resolver)
-     * will read from it, so that normalize is a fixed point */
-    if (transformed) {
-        err = host_reparse(&host, errstr, errstr_size);
-        if (err)
-            goto out;
-    }
-    if (curl_url_get(h, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
-        err = DD_ERR_PERMANENT;
-        dd_errstr_set(errstr, errstr_size, "IPv6 zone id is not allowed");
-        goto out;
-    }
-
-    /* Scheme-aware: no port when it is the scheme's default or empty. */
-    rc = curl_url_get(h, CURLUPART_PORT, &port, CURLU_NO_DEFAULT_PORT);
-    if (rc != CURLUE_OK && rc != CURLUE_NO_PORT) {
-        err = curlu_error(rc, errstr, errstr_size);
-        goto out;
-    }
-    if (port && strcmp(port, "0") == 0) {
-        err = DD_ERR_PERMANENT;
-        dd_errstr_set(errstr, errstr_size, "port 0 is not a valid port");
-        goto out;
-    }
-
-    err = curlu_error(curl_url_get(h, CURLUPART_PATH, &path, 0), errstr,
-                      errstr_size);
-    if (err)
-        goto out;
-    rc = curl_url_get(h, CURLUPART_QUERY, &query, 0);
-    if (rc != CURLUE_OK && rc != CURLUE_NO_QUERY) {
-        err = curlu_error(rc, errstr, errstr_size);
-        goto out;
-    }
-
-    /* scheme://host[:port] */
-    for (char *p = scheme; *p; p++)
-        *p = (char)tolower((unsigned char)*p);
-    sbuf_puts(&res, scheme);
-    sbuf_puts(&res, "://");
-    sbuf_puts(&res, host);
-    if (port) {
-        sbuf_putc(&res, ':');
-        sbuf_puts(&res, port);
-    }
-
-    /* path: percent-encoding, then dot segments, then "" -> "/" */
-    pct_normalize(&pct, path);
-    if (pct.oom) {
-        err = nomem(errstr, errstr_size);
-        goto out;
-    }
-    remove_dot_segments(&dots, pct.p ? pct.p : "");
-    if (dots.oom) {
-        err = nomem(errstr, errstr_size);
-        goto out;
-    }
-    sbuf_puts(&res, dots.len ? dots.p : "/");
-
-    /* query: percent-encoding, then the stable sort by name */
-    if (query && query[0] != '\0') {
-        pct.len = 0;
-        pct_normalize(&pct, query);
-        if (pct.oom) {
-            err = nomem(errstr, errstr_size);
-            goto out;
-        }
-        sbuf_putc(&res, '?');
-        err = sort_query(&res, pct.p);
-        if (err) {
-            err = nomem(errstr, errstr_size);
-            goto out;
-        }
-    }
-    if (res.oom) {
-        err = nomem(errstr, errstr_size);
-        goto out;
-    }
-    *out = res.p;
-    res.p = NULL;
-    err = DD_OK;
-
+    err = url_assemble(&parts, out, errstr, errstr_size);
 out:
-    free(res.p);
-    free(dots.p);
-    free(pct.p);
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(port);
-    curl_free(path);
-    curl_free(query);
-    curl_free(zone);
-    curl_free(user);
+    url_parts_fini(&parts);
     curl_url_cleanup(h);
     return err;
 }
@@ -636,10 +707,10 @@ void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
     unsigned int mdlen = 0;
     /* EVP_Digest fails only when OpenSSL cannot allocate its context.  There
      * is no safe fallback value for an identity hash (a constant would merge
-     * unrelated jobs), so stop. */
+     * unrelated jobs), so stop as any failed allocation does (dd.h). */
     if (EVP_Digest(data, len, md, &mdlen, sha256(), NULL) != 1 ||
         mdlen != KEY_HEX_LEN / 2)
-        abort();
+        dd_oom("SHA-256 digest (EVP_Digest)");
     to_hex(md, mdlen, out);
 }
 
@@ -657,7 +728,7 @@ void key_event_key(const char *op_id, const char *request_hash,
         EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
         EVP_DigestUpdate(ctx, request_hash, strlen(request_hash)) != 1 ||
         EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != KEY_HEX_LEN / 2)
-        abort();
+        dd_oom("SHA-256 digest context (EVP_MD_CTX)");
     EVP_MD_CTX_free(ctx);
     to_hex(md, mdlen, out);
 }
