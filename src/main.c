@@ -95,7 +95,7 @@ static struct cfg *load_cfg(const char *path)
             pod = host;
         }
         free(cfg->instance_id);
-        cfg->instance_id = strdup(pod);
+        cfg->instance_id = dd_xstrdup(pod, "instance.id");
     }
     return cfg;
 }
@@ -120,11 +120,11 @@ static void shadow_rename(struct cfg *cfg)
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
         snprintf(buf, sizeof(buf), "shadow.%s", *fields[i]);
         free(*fields[i]);
-        *fields[i] = strdup(buf);
+        *fields[i] = dd_xstrdup(buf, "shadow name");
     }
     snprintf(buf, sizeof(buf), "%s.shadow", cfg->store_path);
     free(cfg->store_path);
-    cfg->store_path = strdup(buf);
+    cfg->store_path = dd_xstrdup(buf, "shadow store.path");
 }
 
 /* ---- run ----------------------------------------------------------------- */
@@ -173,25 +173,42 @@ static int cmd_run(int argc, char **argv)
 
 /* ---- submit -------------------------------------------------------------- */
 
+/* What the delivery reports of `dedupd submit` count. */
+struct submit_tally {
+    long delivered, delivery_failed;
+};
+
+/* The per-message opaque of one submitted line (freed by its report). */
 struct receipt {
+    struct submit_tally *tally;
     long line;
     char op_id[JOB_OP_ID_MAX + 1];
     char event_key[JOB_HEX_LEN + 1];
     bool valid;
 };
 
-static long delivered, delivery_failed;
+/* One `dedupd submit` run: its settings, producer and counts. */
+struct submit_run {
+    const struct cfg *cfg;
+    struct job_conf jc;
+    struct producer *p;
+    bool allow_invalid;
+    struct submit_tally tally;
+    long invalid, sent, not_sent;
+};
 
+/* Prints the receipt line of an acknowledged job.
+ * @locality the thread calling producer_poll()/producer_flush() (main). */
 static void submit_dr(void *opaque, dd_err_t err, const char *errtext,
                       int32_t partition, int64_t offset)
 {
     struct receipt *r = opaque;
     if (err) {
-        delivery_failed++;
+        r->tally->delivery_failed++;
         fprintf(stderr, "dedupd: submit: line %ld: delivery failed: %s\n",
                 r->line, errtext);
     } else {
-        delivered++;
+        r->tally->delivered++;
         if (r->valid)
             printf("{\"line\":%ld,\"op_id\":\"%s\",\"event_key\":\"%s\","
                    "\"partition\":%d,\"offset\":%lld}\n",
@@ -205,6 +222,57 @@ static void submit_dr(void *opaque, dd_err_t err, const char *errtext,
     free(r);
 }
 
+/* Produce one input line (\p n bytes, no newline) to the jobs topic: a valid
+ * job keyed by its op_id with the dedupd-op-id and dedupd-request-hash
+ * headers; an invalid one only with --allow-invalid, keyed by the digest of
+ * its bytes.  A line that cannot be sent is counted and skipped. */
+static void submit_line(struct submit_run *s, const char *line, size_t n,
+                        long lineno)
+{
+    struct job *job = NULL;
+    struct receipt *r = dd_xcalloc(1, sizeof(*r), "submit receipt");
+    r->tally = &s->tally;
+    r->line = lineno;
+    struct producer_header h[2];
+    size_t nh = 0;
+    char key[JOB_OP_ID_MAX + 1];
+    char e[DD_ERRSTR_SIZE];
+    if (job_parse(&s->jc, line, n, &job, e, sizeof(e))) {
+        s->invalid++;
+        fprintf(stderr, "dedupd: submit: line %ld: %s%s\n", lineno, e,
+                s->allow_invalid ? " (sent anyway: --allow-invalid)" : "");
+        if (!s->allow_invalid) {
+            free(r);
+            return;
+        }
+        /* Keyed by the digest of its bytes: never an empty key. */
+        char digest[KEY_HEX_LEN + 1];
+        key_sha256_hex(line, n, digest);
+        snprintf(key, sizeof(key), "invalid:%s", digest);
+    } else {
+        r->valid = true;
+        snprintf(r->op_id, sizeof(r->op_id), "%s", job->op_id);
+        snprintf(r->event_key, sizeof(r->event_key), "%s", job->event_key);
+        snprintf(key, sizeof(key), "%s", job->op_id);
+        h[0] = (struct producer_header){"dedupd-op-id", r->op_id};
+        h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
+        nh = 2;
+    }
+    dd_err_t err = producer_send(s->p, s->cfg->topic_jobs, key, strlen(key),
+                                 line, n, h, nh, r, e, sizeof(e));
+    job_destroy(job);
+    if (err) {
+        /* This line is not sent (e.g. larger than the broker accepts);
+         * the others still are. */
+        fprintf(stderr, "dedupd: submit: line %ld: %s\n", lineno, e);
+        free(r);
+        s->not_sent++;
+        return;
+    }
+    s->sent++;
+    producer_poll(s->p, 0);
+}
+
 static int cmd_submit(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -213,12 +281,12 @@ static int cmd_submit(int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *path = NULL;
-    bool allow_invalid = false;
+    struct submit_run s = {0};
     int c;
     while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
         switch (c) {
         case 'c': path = optarg; break;
-        case 'a': allow_invalid = true; break;
+        case 'a': s.allow_invalid = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -235,11 +303,10 @@ static int cmd_submit(int argc, char **argv)
             fclose(in);
         return EXIT_USAGE;
     }
-    struct job_conf jc;
-    job_conf_from(cfg, &jc);
-    struct producer *p = NULL;
+    s.cfg = cfg;
+    job_conf_from(cfg, &s.jc);
     char e[DD_ERRSTR_SIZE];
-    if (producer_new(cfg, submit_dr, &p, e, sizeof(e))) {
+    if (producer_new(cfg, submit_dr, &s.p, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         cfg_destroy(cfg);
         if (in != stdin)
@@ -249,75 +316,36 @@ static int cmd_submit(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    long lineno = 0, invalid = 0, sent = 0, not_sent = 0;
+    long lineno = 0;
     int rc = 0;
     while ((n = getline(&line, &cap, in)) > 0) {
         lineno++;
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             line[--n] = '\0';
-        if (n == 0)
-            continue;
-        struct job *job = NULL;
-        struct receipt *r = calloc(1, sizeof(*r));
-        r->line = lineno;
-        struct producer_header h[2];
-        size_t nh = 0;
-        char key[JOB_OP_ID_MAX + 1];
-        if (job_parse(&jc, line, (size_t)n, &job, e, sizeof(e))) {
-            invalid++;
-            fprintf(stderr, "dedupd: submit: line %ld: %s%s\n", lineno, e,
-                    allow_invalid ? " (sent anyway: --allow-invalid)" : "");
-            if (!allow_invalid) {
-                free(r);
-                continue;
-            }
-            /* Keyed by the digest of its bytes: never an empty key. */
-            char digest[KEY_HEX_LEN + 1];
-            key_sha256_hex(line, (size_t)n, digest);
-            snprintf(key, sizeof(key), "invalid:%s", digest);
-        } else {
-            r->valid = true;
-            snprintf(r->op_id, sizeof(r->op_id), "%s", job->op_id);
-            snprintf(r->event_key, sizeof(r->event_key), "%s", job->event_key);
-            snprintf(key, sizeof(key), "%s", job->op_id);
-            h[0] = (struct producer_header){"dedupd-op-id", r->op_id};
-            h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
-            nh = 2;
-        }
-        dd_err_t err = producer_send(p, cfg->topic_jobs, key, strlen(key), line,
-                                     (size_t)n, h, nh, r, e, sizeof(e));
-        job_destroy(job);
-        if (err) {
-            /* This line is not sent (e.g. larger than the broker accepts);
-             * the others still are. */
-            fprintf(stderr, "dedupd: submit: line %ld: %s\n", lineno, e);
-            free(r);
-            not_sent++;
-            continue;
-        }
-        sent++;
-        producer_poll(p, 0);
+        if (n > 0)
+            submit_line(&s, line, (size_t)n, lineno);
     }
     free(line);
     if (in != stdin)
         fclose(in);
     long unacked = 0;
-    if (producer_flush(p, 60000)) {
-        unacked = producer_outq_len(p);
+    if (producer_flush(s.p, 60000)) {
+        unacked = producer_outq_len(s.p);
         fprintf(stderr, "dedupd: submit: %ld messages unacknowledged after 60 s "
                         "(is the broker at %s reachable?)\n",
                 unacked, cfg->bootstrap_servers);
         rc = EXIT_RUNTIME;
     }
-    producer_destroy(p);
+    producer_destroy(s.p);
     fflush(stdout);
     fprintf(stderr, "dedupd: submit: %ld lines, %ld sent, %ld acknowledged, "
                     "%ld invalid, %ld not sent, %ld failed, %ld unacknowledged\n",
-            lineno, sent, delivered, invalid, not_sent, delivery_failed, unacked);
+            lineno, s.sent, s.tally.delivered, s.invalid, s.not_sent,
+            s.tally.delivery_failed, unacked);
     cfg_destroy(cfg);
-    if (!rc && (delivery_failed || not_sent))
+    if (!rc && (s.tally.delivery_failed || s.not_sent))
         rc = EXIT_RUNTIME;
-    if (!rc && invalid && !allow_invalid)
+    if (!rc && s.invalid && !s.allow_invalid)
         rc = EXIT_INVALID_INPUT;
     return rc;
 }
@@ -498,7 +526,7 @@ static int cmd_key(int argc, char **argv)
     while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0) {
         if (len + n > cap) {
             cap = (len + n) * 2;
-            buf = realloc(buf, cap);
+            buf = dd_xrealloc(buf, cap, "key input");
         }
         memcpy(buf + len, chunk, n);
         len += n;
@@ -866,17 +894,105 @@ static int cmd_forget(int argc, char **argv)
 
 /* ---- redrive -------------------------------------------------------------- */
 
-static long redrive_acked, redrive_failed;
+/* What the delivery reports of `dedupd redrive` count (their opaque). */
+struct redrive_tally {
+    long acked, failed;
+};
 
+/* @locality the thread calling producer_poll()/producer_flush() (main). */
 static void redrive_dr(void *opaque, dd_err_t err, const char *errtext,
                        int32_t partition, int64_t offset)
 {
-    (void)opaque, (void)partition, (void)offset;
+    struct redrive_tally *t = opaque;
+    (void)partition, (void)offset;
     if (err) {
-        redrive_failed++;
+        t->failed++;
         fprintf(stderr, "dedupd: redrive: delivery failed: %s\n", errtext);
     } else
-        redrive_acked++;
+        t->acked++;
+}
+
+/* One `dedupd redrive` run: its settings, clients and counts. */
+struct redrive_run {
+    const struct cfg *cfg;
+    struct job_conf jc;
+    rd_kafka_t *rk;       /* the DLQ consumer */
+    struct producer *p;   /* NULL with --dry-run */
+    bool dry, all;
+    struct redrive_tally tally;
+    long seen, sent, kept;
+};
+
+/* Has the DLQ been read to its end?  Quiet for 2 s after an end of
+ * partition, or for 30 s at all (said on stderr). */
+static bool redrive_idle(const struct redrive_run *rr, long eofs,
+                         int64_t last_ms)
+{
+    if (eofs > 0 && dd_now_ms() - last_ms >= 2000)
+        return true;
+    if (dd_now_ms() - last_ms >= 30000) {
+        fprintf(stderr, "dedupd: redrive: nothing from %s in 30 s\n",
+                rr->cfg->topic_dlq);
+        return true;
+    }
+    return false;
+}
+
+/* One DLQ record \p m (borrowed): a valid job goes back to the jobs topic
+ * re-keyed by its op_id, and its DLQ position is committed once it is
+ * acknowledged; a record still invalid is kept (its position committed)
+ * unless --all, which sends it back under its own key.
+ * @returns 0; EXIT_RUNTIME when the run must stop (not sent or not
+ *          acknowledged: the position stays uncommitted). */
+static int redrive_record(struct redrive_run *rr, rd_kafka_message_t *m)
+{
+    const struct cfg *cfg = rr->cfg;
+    struct job *job = NULL;
+    char key[JOB_OP_ID_MAX + 80], e[DD_ERRSTR_SIZE];
+    struct producer_header h[2];
+    size_t nh = 0;
+    int rc = 0;
+    if (job_parse(&rr->jc, m->payload ? m->payload : "", m->len, &job, e,
+                  sizeof(e)) == DD_OK) {
+        snprintf(key, sizeof(key), "%s", job->op_id);
+        h[0] = (struct producer_header){"dedupd-op-id", job->op_id};
+        h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
+        nh = 2;
+    } else if (rr->all) {
+        snprintf(key, sizeof(key), "%.*s", (int)(m->key_len < 200 ? m->key_len : 200),
+                 m->key ? (const char *)m->key : "redrive");
+    } else {
+        printf("{\"partition\":%d,\"offset\":%lld,\"kept\":true}\n",
+               (int)m->partition, (long long)m->offset);
+        fprintf(stderr, "dedupd: redrive: %s/%d/%lld still invalid (%s): kept\n",
+                cfg->topic_dlq, (int)m->partition, (long long)m->offset, e);
+        rr->kept++;
+        rd_kafka_commit_message(rr->rk, m, 0);
+        return 0;
+    }
+    if (!rr->dry) {
+        if (producer_send(rr->p, cfg->topic_jobs, key, strlen(key), m->payload,
+                          m->len, h, nh, &rr->tally, e, sizeof(e))) {
+            fprintf(stderr, "dedupd: redrive: %s\n", e);
+            rc = EXIT_RUNTIME;
+            goto out;
+        }
+        producer_poll(rr->p, 0);
+        /* Commit the DLQ position only once the job is back. */
+        if (producer_flush(rr->p, 30000)) {
+            fprintf(stderr, "dedupd: redrive: not acknowledged in 30 s\n");
+            rc = EXIT_RUNTIME;
+            goto out;
+        }
+        rd_kafka_commit_message(rr->rk, m, 0);
+    }
+    printf("{\"partition\":%d,\"offset\":%lld,\"key\":\"%s\",\"redriven\":%s}\n",
+           (int)m->partition, (long long)m->offset, job ? job->op_id : "",
+           rr->dry ? "false" : "true");
+    rr->sent++;
+out:
+    job_destroy(job);
+    return rc;
 }
 
 /* `dedupd redrive`: send the DLQ's records back to the jobs topic, after an
@@ -893,13 +1009,13 @@ static int cmd_redrive(int argc, char **argv)
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
     const char *path = NULL;
-    bool dry = false, all = false;
+    struct redrive_run rr = {0};
     int c;
     while ((c = getopt_long(argc, argv, "c:h", lo, NULL)) != -1) {
         switch (c) {
         case 'c': path = optarg; break;
-        case 'n': dry = true; break;
-        case 'a': all = true; break;
+        case 'n': rr.dry = true; break;
+        case 'a': rr.all = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
         }
@@ -907,112 +1023,56 @@ static int cmd_redrive(int argc, char **argv)
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    struct job_conf jc;
-    job_conf_from(cfg, &jc);
+    rr.cfg = cfg;
+    job_conf_from(cfg, &rr.jc);
     char e[DD_ERRSTR_SIZE], group[300];
     snprintf(group, sizeof(group), "%s-redrive", cfg->group_id);
     const char *fixed[] = {"group.id", group,
                            "auto.offset.reset", "earliest",
                            "enable.partition.eof", "true",
                            "enable.auto.commit", "false", NULL};
-    struct producer *p = NULL;
-    if (!dry && producer_new(cfg, redrive_dr, &p, e, sizeof(e))) {
+    if (!rr.dry && producer_new(cfg, redrive_dr, &rr.p, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         cfg_destroy(cfg);
         return EXIT_USAGE;
     }
-    rd_kafka_t *rk = cli_consumer_new(cfg, fixed, cfg->topic_dlq);
-    if (!rk) {
-        producer_destroy(p);
+    rr.rk = cli_consumer_new(cfg, fixed, cfg->topic_dlq);
+    if (!rr.rk) {
+        producer_destroy(rr.p);
         cfg_destroy(cfg);
         return EXIT_RUNTIME;
     }
-    long seen = 0, sent = 0, kept = 0, eofs = 0;
+    long eofs = 0;
     int64_t last = dd_now_ms();
     int rc = 0;
-    while (run) {
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+    while (run && !rc) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rr.rk, 200);
         if (!m) {
-            if (eofs > 0 && dd_now_ms() - last >= 2000)
+            if (redrive_idle(&rr, eofs, last))
                 break;
-            if (dd_now_ms() - last >= 30000) {
-                fprintf(stderr, "dedupd: redrive: nothing from %s in 30 s\n",
-                        cfg->topic_dlq);
-                break;
-            }
             continue;
         }
         if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
             eofs++;
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        if (m->err) {
+        } else if (m->err) {
             fprintf(stderr, "dedupd: redrive: %s\n", rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            continue;
-        }
-        last = dd_now_ms();
-        seen++;
-        struct job *job = NULL;
-        char key[JOB_OP_ID_MAX + 80];
-        struct producer_header h[2];
-        size_t nh = 0;
-        if (job_parse(&jc, m->payload ? m->payload : "", m->len, &job, e,
-                      sizeof(e)) == DD_OK) {
-            snprintf(key, sizeof(key), "%s", job->op_id);
-            h[0] = (struct producer_header){"dedupd-op-id", job->op_id};
-            h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
-            nh = 2;
-        } else if (all) {
-            snprintf(key, sizeof(key), "%.*s", (int)(m->key_len < 200 ? m->key_len : 200),
-                     m->key ? (const char *)m->key : "redrive");
         } else {
-            printf("{\"partition\":%d,\"offset\":%lld,\"kept\":true}\n",
-                   (int)m->partition, (long long)m->offset);
-            fprintf(stderr, "dedupd: redrive: %s/%d/%lld still invalid (%s): kept\n",
-                    cfg->topic_dlq, (int)m->partition, (long long)m->offset, e);
-            kept++;
-            rd_kafka_commit_message(rk, m, 0);
-            rd_kafka_message_destroy(m);
-            continue;
+            last = dd_now_ms();
+            rr.seen++;
+            rc = redrive_record(&rr, m);
         }
-        if (!dry) {
-            if (producer_send(p, cfg->topic_jobs, key, strlen(key), m->payload,
-                              m->len, h, nh, NULL, e, sizeof(e))) {
-                fprintf(stderr, "dedupd: redrive: %s\n", e);
-                rc = EXIT_RUNTIME;
-                job_destroy(job);
-                rd_kafka_message_destroy(m);
-                break;
-            }
-            producer_poll(p, 0);
-            /* Commit the DLQ position only once the job is back. */
-            if (producer_flush(p, 30000)) {
-                fprintf(stderr, "dedupd: redrive: not acknowledged in 30 s\n");
-                rc = EXIT_RUNTIME;
-                job_destroy(job);
-                rd_kafka_message_destroy(m);
-                break;
-            }
-            rd_kafka_commit_message(rk, m, 0);
-        }
-        printf("{\"partition\":%d,\"offset\":%lld,\"key\":\"%s\",\"redriven\":%s}\n",
-               (int)m->partition, (long long)m->offset, job ? job->op_id : "",
-               dry ? "false" : "true");
-        sent++;
-        job_destroy(job);
         rd_kafka_message_destroy(m);
     }
     fflush(stdout);
-    rd_kafka_consumer_close(rk);
-    rd_kafka_destroy(rk);
-    producer_destroy(p);
+    rd_kafka_consumer_close(rr.rk);
+    rd_kafka_destroy(rr.rk);
+    producer_destroy(rr.p);
     fprintf(stderr, "dedupd: redrive: %ld DLQ records, %ld %s, %ld kept (still "
                     "invalid), %ld failed\n",
-            seen, sent, dry ? "would be redriven" : "redriven", kept, redrive_failed);
+            rr.seen, rr.sent, rr.dry ? "would be redriven" : "redriven", rr.kept,
+            rr.tally.failed);
     cfg_destroy(cfg);
-    if (!rc && redrive_failed)
+    if (!rc && rr.tally.failed)
         rc = EXIT_RUNTIME;
     return rc;
 }
