@@ -45,6 +45,7 @@ struct cfg_provider {
     char *api_key;         /**< secret: from api_key_env or api_key_file */
 };
 
+/** proxy.providers: \p n providers (owned by the cfg). */
 struct cfg_providers {
     struct cfg_provider *v;
     size_t n;
@@ -101,23 +102,47 @@ struct cfg {
 /**
  * @brief Load the configuration: defaults, then \p path (may be NULL), then the
  *        environment \p envp (NULL-terminated "K=V" array; NULL = none).
- * @param out  Out: the frozen config; free with cfg_destroy().
- * @param errstr  "FILE: KEY: why" on failure.
- * @returns DD_OK; DD_ERR_INVAL (bad key, type or value); DD_ERR_IO (file).
+ * @param path  JSON file (ConfigMap), NUL-terminated, or NULL for none
+ *              (borrowed).  Duplicate keys are refused.
+ * @param envp  Borrowed; entries that are not DEDUPD_*__* are ignored.
+ * @param out   Out: the frozen config, owned by the caller: cfg_destroy().
+ *              Untouched on failure.
+ * @param errstr  Optional (may be NULL): "FILE: KEY: why" (or "FILE:LINE:COL:
+ *                why (byte N)" for a JSON syntax error, "environment
+ *                DEDUPD_X__Y: KEY: why", "config: KEY: why" for a cross-field
+ *                rule without a file); never a secret's value.
+ * @param errstr_size  Size of \p errstr in bytes (DD_ERRSTR_SIZE).
+ * @returns DD_OK; DD_ERR_INVAL (unknown key, wrong type, out of range, a
+ *          cross-field rule, a provider secret that cannot be read; not
+ *          retriable); DD_ERR_IO (the file cannot be read; not retriable by
+ *          dedupd); DD_ERR_NOMEM (the cfg itself; a string copy that fails
+ *          stops the process, dd.h).
+ * @locality the main thread at start-up (reads provider secrets with
+ *           getenv(3) and files).
  */
 dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
                   char *errstr, size_t errstr_size) DD_WUR;
 
-/** @brief Free; cfg_destroy(NULL) is a no-op. */
+/** @brief Free, wiping provider secrets first; cfg_destroy(NULL) is a no-op.
+ *  @locality any thread, once nothing borrows from \p cfg. */
 void cfg_destroy(struct cfg *cfg);
 
 /**
  * @brief Write the effective configuration as JSON to \p fp, secrets redacted
- *        as "[redacted]" (also kafka.* names containing "password" or "secret").
+ *        as "[redacted]" (also kafka.* names containing "password", "secret",
+ *        "key.pem" or "token").
+ * @param cfg  Borrowed.
+ * @param fp   Open stream (borrowed); keys sorted, 2-space indent, one
+ *             trailing newline.  Write errors are not reported.
+ * @locality any thread.
  */
 void cfg_dump(const struct cfg *cfg, FILE *fp);
 
-/** @brief Write the option table as Markdown (docs/CONFIG.md) to \p fp. */
+/**
+ * @brief Write the option table as Markdown (docs/CONFIG.md) to \p fp
+ *        (borrowed): one row per option, defaults and ranges from the table.
+ * @locality any thread.
+ */
 void cfg_doc_markdown(FILE *fp);
 
 #endif

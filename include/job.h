@@ -118,13 +118,19 @@ struct job_conf {
 
 /**
  * @brief Parse, validate and derive the identity of one job.
- * @param conf     Settings (borrowed).
- * @param payload  Job JSON bytes, not NUL-terminated (borrowed).
- * @param len      Length in bytes.
- * @param out      Out: the job, to free with job_destroy().
- * @param errstr   Optional: the reason, one sentence, when invalid.
- * @returns DD_OK; DD_ERR_PERMANENT (not a valid job: DLQ with errstr);
- *          DD_ERR_NOMEM.
+ * @param conf     Settings (borrowed for the call).
+ * @param payload  Job JSON bytes (RFC 8259, UTF-8), not NUL-terminated
+ *                 (borrowed); non-NULL even when \p len is 0.
+ * @param len      Length in bytes; above conf->max_job_bytes the job is
+ *                 refused before parsing.
+ * @param out      Out: the job, owned by the caller: job_destroy().  NULL on
+ *                 failure.
+ * @param errstr   Optional (may be NULL): the reason, one sentence, when
+ *                 invalid (clean UTF-8, see the preamble).
+ * @param errstr_size  Size of \p errstr in bytes (DD_ERRSTR_SIZE).
+ * @returns DD_OK; DD_ERR_PERMANENT (not a valid job: DLQ with errstr; never
+ *          retriable); DD_ERR_NOMEM (not retriable by the caller).
+ * @locality any thread; reentrant (the pipeline and the job API's thread).
  */
 dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
                    struct job **out, char *errstr, size_t errstr_size) DD_WUR;
@@ -133,25 +139,46 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
  * @brief The job of `POST /v1/jobs` under an Idempotency-Key: \p payload with
  *        "job_key" set to \p job_key and "scope" to \p scope (DESIGN.md
  *        section 7), as compact JSON to produce and then job_parse().
- * @param out  Out: the new JSON, free() it.
- * @returns DD_OK; DD_ERR_PERMANENT (not a JSON object, or its own job_key or
- *          scope differs: errstr says which; a 400); DD_ERR_NOMEM.
+ * @param payload  Request body, \p len bytes, not NUL-terminated (borrowed).
+ * @param job_key  The Idempotency-Key, NUL-terminated (borrowed); not
+ *                 validated here (job_parse() checks it).
+ * @param scope    api.scope, NUL-terminated (borrowed).
+ * @param out      Out: the new JSON, NUL-terminated; the caller owns it
+ *                 (free()).  Untouched on failure.
+ * @param out_len  Out: its length in bytes, without the NUL.
+ * @param errstr   Optional (may be NULL); clean UTF-8 as job_parse()'s.
+ * @param errstr_size  Size of \p errstr in bytes.
+ * @returns DD_OK; DD_ERR_PERMANENT (not a JSON object, its own job_key or
+ *          scope differs, or the key or scope is not UTF-8: errstr says
+ *          which; a 400, not retriable); DD_ERR_NOMEM.
+ * @locality any thread; reentrant (the job API's thread).
  */
 dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
                       const char *scope, char **out, size_t *out_len,
                       char *errstr, size_t errstr_size) DD_WUR;
 
-/** @brief Free a job; job_destroy(NULL) is a no-op. */
+/** @brief Free a job; job_destroy(NULL) is a no-op.
+ *  @locality any thread, once nothing borrows from \p job. */
 void job_destroy(struct job *job);
 
 /**
- * @brief Look up a header of \p req case-insensitively.
- * @returns the value (borrowed, valid while the job lives) or NULL.
+ * @brief Look up a header of \p req case-insensitively (RFC 9110 section
+ *        5.1: field names are case-insensitive).
+ * @param req   Borrowed.
+ * @param name  NUL-terminated header name (borrowed).
+ * @returns the value as submitted (borrowed, valid while the job lives) or
+ *          NULL when absent.
+ * @locality any thread.
  */
 const char *job_header_get(const struct job_request *req, const char *name);
 
 /**
- * @brief true if \p name (any case) is a credential header for \p conf.
+ * @brief true if \p name (any case) is a credential header for \p conf: one
+ *        of the built-in authorization, cookie, proxy-authorization,
+ *        x-api-key, or of conf->credential_headers.
+ * @param conf  Borrowed; NULL = the built-in names only.
+ * @param name  NUL-terminated (borrowed).
+ * @locality any thread; pure.
  */
 bool job_is_credential_header(const struct job_conf *conf, const char *name);
 

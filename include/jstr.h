@@ -20,12 +20,16 @@
 
 /**
  * @brief Quote \p n bytes at \p p as a JSON string literal, with its quotes.
- * @param p    Bytes; must be UTF-8 (RFC 3629 section 4: no overlong forms, no
- *             surrogates, nothing above U+10FFFF) without NUL.
- * @param out  Out: malloc'd literal, NUL-terminated; free() it.
- * @param out_len Out: its length in bytes (without the NUL).
+ * @param p    Bytes, not NUL-terminated (borrowed); must be UTF-8 (RFC 3629
+ *             section 4: no overlong forms, no surrogates, nothing above
+ *             U+10FFFF) without NUL.
+ * @param n    Length in bytes, any (0 gives `""`).
+ * @param out  Out: malloc'd literal, NUL-terminated; the caller owns it
+ *             (free()).  Untouched on failure.
+ * @param out_len Out: its length in bytes (without the NUL), at most 6 n + 2.
  * @returns DD_OK; DD_ERR_INVAL (not UTF-8, or a NUL byte: nothing written;
- *          send such bytes as base64); DD_ERR_NOMEM.
+ *          send such bytes as base64; not retriable); DD_ERR_NOMEM.
+ * @locality any thread; reentrant.
  */
 dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR;
 
@@ -34,11 +38,16 @@ dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR
  *        (RFC 3629 section 4: no overlong form, no surrogate, nothing above
  *        U+10FFFF): 1 for an ASCII byte (NUL included), 2..4 otherwise, 0
  *        when p[0] starts none (a stray continuation byte, a cut sequence).
+ * @param p  Bytes (borrowed); only p[0..min(n, 4)) are read.
+ * @locality any thread; pure.
  */
 size_t jstr_utf8_seq(const void *p, size_t n);
 
 /**
  * @brief Is \p p[0..n) UTF-8 without NUL (the rule of jstr_quote)?
+ * @param p  Bytes, not NUL-terminated (borrowed); n may be 0 (valid).
+ * @returns non-zero when valid, 0 when not.
+ * @locality any thread; pure.
  */
 int jstr_utf8_valid(const void *p, size_t n);
 

@@ -22,8 +22,17 @@ struct cfg;
  *        such as group.instance.id are left out unless \p consumer) plus \p fixed name/value pairs
  *        (NULL-terminated array "name","value",...,NULL), which override
  *        kafka.* (they carry dedupd's guarantees, e.g. enable.idempotence).
+ *        Names and values are librdkafka's (CONFIGURATION.md).
+ * @param cfg    Borrowed for the call.
+ * @param fixed  Optional (may be NULL): borrowed for the call.
  * @param out  Out: conf, owned by the caller (rd_kafka_new takes it on success).
- * @returns DD_OK; DD_ERR_INVAL ("config: kafka.NAME: librdkafka's reason").
+ *             Untouched on failure.
+ * @param errstr  Optional (may be NULL).
+ * @param errstr_size  Size of \p errstr in bytes.
+ * @returns DD_OK; DD_ERR_INVAL ("config: kafka.NAME: librdkafka's reason";
+ *          not retriable).
+ * @locality any thread.  The log callback it installs runs on librdkafka's
+ *           threads.
  */
 dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
                    const char *const *fixed, rd_kafka_conf_t **out,

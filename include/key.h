@@ -35,13 +35,17 @@
 #define KEY_HEX_LEN 64  /**< hex SHA-256 length without NUL */
 
 /**
- * @brief Normalize \p url for identity.
+ * @brief Normalize \p url for identity (the rules of the preamble: RFC 3986
+ *        section 6.2.2, DESIGN.md section 2).
  * @param url  NUL-terminated absolute http or https URL (borrowed).
- * @param out  Out: normalized URL, NUL-terminated, free() it.
- * @param errstr Optional: why the URL was refused.
+ * @param out  Out: normalized URL, NUL-terminated, printable ASCII; the caller
+ *             owns it (free()).  Set to NULL on failure.
+ * @param errstr Optional (may be NULL): why the URL was refused, ASCII.
+ * @param errstr_size Size of \p errstr in bytes (DD_ERRSTR_SIZE).
  * @returns DD_OK; DD_ERR_PERMANENT (not a valid absolute http(s) URL, userinfo
- *          present, bad host: errstr says why, ASCII); DD_ERR_NOMEM.
- * @locality any thread (call key_global_init() once first).
+ *          present, bad host: errstr says why; never retriable);
+ *          DD_ERR_NOMEM (not retriable by the caller).
+ * @locality any thread; reentrant (call key_global_init() once first).
  */
 dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
                            size_t errstr_size) DD_WUR;
@@ -49,18 +53,31 @@ dd_err_t key_url_normalize(const char *url, char **out, char *errstr,
 /**
  * @brief One-time process set-up for IDN (setlocale(LC_CTYPE, "C.UTF-8"), which
  *        CURLU_PUNYCODE needs).  Call from main before threads start.
+ * @locality the main thread, before any other thread starts (setlocale(3) is
+ *           not thread-safe).
  */
 void key_global_init(void);
 
 /**
- * @brief Lowercase hex SHA-256 (OpenSSL EVP_Digest) of \p len bytes at \p data.
- * @param out  Out: 64 hex chars + NUL.
+ * @brief Lowercase hex SHA-256 (FIPS 180-4; OpenSSL EVP_Digest) of \p len
+ *        bytes at \p data.
+ * @param data  Bytes, not NUL-terminated (borrowed); non-NULL even when
+ *              \p len is 0.
+ * @param len   Length in bytes, any.
+ * @param out   Out: KEY_HEX_LEN lowercase hex chars + NUL (caller's buffer).
+ * Cannot fail: OpenSSL fails only when it cannot allocate, and then the
+ * process stops by dd_oom() (dd.h: an identity hash has no safe fallback).
+ * @locality any thread; reentrant.
  */
 void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1]);
 
 /**
- * @brief event_key = hex SHA-256 of "result:v1:" + op_id + "\n" + request_hash.
- * @param op_id, request_hash NUL-terminated.
+ * @brief event_key = hex SHA-256 of "result:v1:" + op_id + "\n" + request_hash
+ *        (DESIGN.md section 2: the key of the result event).
+ * @param op_id, request_hash NUL-terminated (borrowed).
+ * @param out  Out: KEY_HEX_LEN lowercase hex chars + NUL (caller's buffer).
+ * Cannot fail (out of memory: dd_oom(), as key_sha256_hex()).
+ * @locality any thread; reentrant.
  */
 void key_event_key(const char *op_id, const char *request_hash,
                    char out[KEY_HEX_LEN + 1]);

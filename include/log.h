@@ -33,17 +33,37 @@ extern int log_level;
  * @brief Set the threshold and the debug contexts.
  * @param level  syslog level LOG_EMERG..LOG_DEBUG.
  * @param debug  Comma-separated facility names to log at LOG_DEBUG, "all", or
- *               NULL / "" for none (copied).
+ *               NULL / "" for none (copied; at most 255 bytes are kept).
+ * @locality the main thread, before other threads start (not synchronized
+ *           with concurrent log_enabled()).
  */
 void log_configure(int level, const char *debug);
 
-/** @returns true if a line of \p level for facility \p fac would be written. */
+/**
+ * @brief Would a line of \p level for facility \p fac (NUL-terminated,
+ *        compared case-insensitively with log.debug) be written?
+ * @locality any thread.
+ */
 bool log_enabled(int level, const char *fac);
 
-/** @brief Parse "error", "warning", "info", "debug"...; -1 if unknown. */
+/**
+ * @brief Parse a syslog level name (emerg, alert, crit, error or err, warning
+ *        or warn, notice, info, debug; any case).
+ * @param name  NUL-terminated (borrowed).
+ * @returns LOG_EMERG..LOG_DEBUG, or -1 if unknown.
+ * @locality any thread; pure.
+ */
 int log_level_parse(const char *name);
 
-/** Write one line.  Use the macros instead. */
+/**
+ * @brief Write one line.  Use the macros instead.
+ * @param level  syslog level; names outside 0..7 are written as "info".
+ * @param fac    Facility tag, NUL-terminated (borrowed).
+ * @param ctx    Optional (may be NULL): topic/partition/offset/op_id.
+ * @param fmt    printf format; the message is cut at 2047 bytes and the line
+ *               at 4 KiB, never inside the closing "}\n".
+ * @locality any thread (one write(2) per line).
+ */
 void log_write(int level, const char *fac, const struct log_ctx *ctx,
                const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -41,26 +41,53 @@ struct fetch_result;
 /**
  * @brief Encode the result event of \p job from \p r (r may be NULL only for
  *        outcome "shadow").
- * @param max_bytes  limits.max_result_bytes: above it the event is re-encoded
- *                   without body as outcome failed, category too_large.
- * @param out        Out: compact JSON, free() it.
- * @param outcome    Out: static text of the outcome ("fetched", "failed", ...).
- * @returns DD_OK; DD_ERR_NOMEM.
+ * @param job        Borrowed.
+ * @param r          The fetch's result (borrowed), or NULL: outcome "shadow".
+ * @param generation The op's generation (store.h), written as is.
+ * @param max_bytes  limits.max_result_bytes, in bytes: above it the event is
+ *                   re-encoded without body and meta as outcome failed,
+ *                   category too_large; if even that is above it (a huge
+ *                   URL), a minimal one with url_sha256 instead of the URLs
+ *                   (which may still be above it: the caller checks).
+ * @param out        Out: compact JSON (RFC 8259), NUL-terminated; the caller
+ *                   owns it (free()).  Untouched on failure.
+ * @param out_len    Out: its length in bytes, without the NUL.
+ * @param outcome    Out: static text of the outcome ("fetched",
+ *                   "not_modified", "failed", "shadow").
+ * @returns DD_OK; DD_ERR_NOMEM (not retriable by the caller).
+ * @locality any thread; reentrant (the pipeline thread).
  */
 dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                        uint64_t generation, size_t max_bytes, char **out,
                        size_t *out_len, const char **outcome) DD_WUR;
 
 /**
- * @brief Encode a conflict record.
- * @param out  Out: compact JSON, free() it.
+ * @brief Encode a conflict record (DESIGN.md section 3): one op_id, two
+ *        request hashes.
+ * @param op_id, first_hash, first_source, new_hash, new_source
+ *             NUL-terminated UTF-8 (borrowed): the op, the request_hash and
+ *             source ("topic/partition/offset") first stored, and the ones of
+ *             the job that conflicts with it.
+ * @param out      Out: compact JSON, NUL-terminated; the caller owns it
+ *                 (free()).  Untouched on failure.
+ * @param out_len  Out: its length in bytes, without the NUL.
+ * @returns DD_OK; DD_ERR_NOMEM.
+ * @locality any thread; reentrant.
  */
 dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
                                 const char *first_source, const char *new_hash,
                                 const char *new_source, char **out,
                                 size_t *out_len) DD_WUR;
 
-/** @brief Format \p ms since the epoch as RFC 3339 UTC with ms ("...Z"). */
+/**
+ * @brief Format \p ms since the epoch as RFC 3339 (section 5.6) UTC with
+ *        milliseconds: "YYYY-MM-DDTHH:MM:SS.mmmZ".
+ * @param ms    Time in ms since the Unix epoch, >= 0.
+ * @param buf   Out: caller's buffer; 25 bytes hold the text and its NUL (a
+ *              smaller one gets a cut, NUL-terminated text).
+ * @param size  Size of \p buf in bytes, > 0.
+ * @locality any thread; reentrant (gmtime_r).
+ */
 void result_time_format(int64_t ms, char *buf, size_t size);
 
 #endif

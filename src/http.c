@@ -1,4 +1,8 @@
-/* The admin and api listeners on libmicrohttpd; the only user of MHD. */
+/* The admin and api listeners on libmicrohttpd; the only user of MHD.
+ *
+ * Threads: http_new(), the port getters and http_destroy() run on the caller's
+ * thread (main); everything a request reaches runs on the thread of its
+ * listener (each function says which). */
 #include "http.h"
 #include "log.h"
 #include "metrics.h"
@@ -74,7 +78,7 @@ union sockaddr_any {
     struct sockaddr_in6 in6;
 };
 
-/* "1.2.3.4:80" or "[::1]:80" -> sockaddr.  Numeric only: the listeners bind
+/* "1.2.3.4:80" or "[::1]:80" -> sockaddr.  @locality http_new's caller.  Numeric only: the listeners bind
  * at start-up, before any resolver is worth trusting. */
 static bool parse_listen(const char *s, union sockaddr_any *sa, bool *ipv6)
 {
@@ -136,7 +140,7 @@ struct hdr {
 };
 
 /* Queue a response; body is copied (MHD_RESPMEM_MUST_COPY).  Headers with a
- * NULL name are skipped. */
+ * NULL name are skipped.  @locality a listener's thread. */
 static enum MHD_Result respond(struct MHD_Connection *conn, struct req *r,
                                unsigned status, const char *ctype,
                                const void *body, size_t len,
@@ -159,6 +163,7 @@ static enum MHD_Result respond(struct MHD_Connection *conn, struct req *r,
     return ret;
 }
 
+/* @locality a listener's thread (MHD internal polling thread). */
 static enum MHD_Result respond_text(struct MHD_Connection *conn,
                                     struct req *r, unsigned status,
                                     const char *text, const struct hdr *hdrs,
@@ -168,7 +173,8 @@ static enum MHD_Result respond_text(struct MHD_Connection *conn,
                    n_hdrs);
 }
 
-/* API errors: {"error":"code","message":"text"} (constant texts only). */
+/* API errors: {"error":"code","message":"text"} (constant texts only).
+ * @locality the api listener's thread. */
 static enum MHD_Result respond_error(struct MHD_Connection *conn,
                                      struct req *r, unsigned status,
                                      const char *code, const char *message,
@@ -182,6 +188,7 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn,
     return respond(conn, r, status, CT_JSON, body, (size_t)n, hdrs, n_hdrs);
 }
 
+/* @locality a listener's thread (MHD internal polling thread). */
 static enum MHD_Result respond_405(struct MHD_Connection *conn, struct req *r,
                                    const char *allow, bool json)
 {
@@ -194,6 +201,7 @@ static enum MHD_Result respond_405(struct MHD_Connection *conn, struct req *r,
                         "method not allowed\n", &h, 1);
 }
 
+/* @locality any thread; pure. */
 static bool is_get(const char *method)
 {
     return strcmp(method, MHD_HTTP_METHOD_GET) == 0
@@ -202,6 +210,7 @@ static bool is_get(const char *method)
 
 /* ---- admin listener ----------------------------------------------------- */
 
+/* @locality the admin listener's thread. */
 static enum MHD_Result admin_handle(struct http *h,
                                     struct MHD_Connection *conn,
                                     struct req *r, const char *url,
@@ -244,6 +253,7 @@ static enum MHD_Result admin_handle(struct http *h,
 
 /* ---- api listener ------------------------------------------------------- */
 
+/* @locality any thread (http_new's caller, the api listener). */
 static void token_digest(const char *token, size_t len,
                          unsigned char out[TOKEN_DIGEST_LEN])
 {
@@ -257,7 +267,8 @@ static void token_digest(const char *token, size_t len,
 }
 
 /* Constant-time check of "Authorization: Bearer <token>": both sides are
- * hashed, so the time depends on neither the token's bytes nor its length. */
+ * hashed, so the time depends on neither the token's bytes nor its length.
+ * @locality the api listener's thread. */
 static bool authorized(const struct http *h, struct MHD_Connection *conn,
                        bool *presented)
 {
@@ -282,7 +293,8 @@ static bool authorized(const struct http *h, struct MHD_Connection *conn,
     return CRYPTO_memcmp(d, h->token_digest, TOKEN_DIGEST_LEN) == 0;
 }
 
-/* application/json, optionally followed by parameters ("; charset=utf-8"). */
+/* application/json, optionally followed by parameters ("; charset=utf-8").
+ * @locality any thread; pure. */
 static bool is_json_content_type(const char *ct)
 {
     if (!ct)
@@ -298,6 +310,7 @@ static bool is_json_content_type(const char *ct)
     return *ct == '\0' || *ct == ';';
 }
 
+/* @locality any thread; pure. */
 static bool is_http_token(const char *s)
 {
     if (!s || !*s)
@@ -308,6 +321,7 @@ static bool is_http_token(const char *s)
     return true;
 }
 
+/* @locality any thread; pure. */
 static bool is_header_value(const char *s)
 {
     for (; *s; s++)
@@ -316,6 +330,7 @@ static bool is_header_value(const char *s)
     return true;
 }
 
+/* @locality the api listener's thread. */
 static unsigned check_status(int status, const char *what)
 {
     if (status >= 100 && status <= 599)
@@ -325,6 +340,7 @@ static unsigned check_status(int status, const char *what)
     return MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
 
+/* @locality the api listener's thread. */
 static enum MHD_Result api_submit(struct http *h, struct MHD_Connection *conn,
                                   struct req *r)
 {
@@ -357,6 +373,7 @@ static enum MHD_Result api_submit(struct http *h, struct MHD_Connection *conn,
     return ret;
 }
 
+/* @locality the api listener's thread. */
 static enum MHD_Result api_op(struct http *h, struct MHD_Connection *conn,
                               struct req *r, const char *op_id)
 {
@@ -372,7 +389,8 @@ static enum MHD_Result api_op(struct http *h, struct MHD_Connection *conn,
     return ret;
 }
 
-/* First call of a request on the api listener: headers only. */
+/* First call of a request on the api listener: headers only.
+ * @locality the api listener's thread. */
 static enum MHD_Result api_begin(struct http *h, struct MHD_Connection *conn,
                                  struct req *r, const char *url,
                                  const char *method)
@@ -430,7 +448,8 @@ static enum MHD_Result api_begin(struct http *h, struct MHD_Connection *conn,
  * libmicrohttpd 0.9.75 refuses MHD_queue_response() while a body is being
  * received, so a body that passes the limit without a declared length is
  * drained and answered 413 at its end, up to DRAIN_MAX_BYTES; beyond that the
- * connection is closed without an answer. */
+ * connection is closed without an answer.  @locality the api listener's
+ * thread. */
 static enum MHD_Result api_body(struct http *h, struct MHD_Connection *conn,
                                 struct req *r, const char *data,
                                 size_t *data_size)
@@ -480,6 +499,7 @@ static enum MHD_Result api_body(struct http *h, struct MHD_Connection *conn,
 
 /* ---- MHD glue ----------------------------------------------------------- */
 
+/* MHD's access handler.  @locality the listener's thread (cls). */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *data,
@@ -505,6 +525,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return api_body(l->http, conn, r, data, data_size);
 }
 
+/* MHD's request-completed callback.  @locality the listener's thread. */
 static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **con_cls, enum MHD_RequestTerminationCode toe)
 {
@@ -519,6 +540,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     }
 }
 
+/* MHD's logger.  @locality the listener's thread, or http_new's caller
+ * while the daemon starts. */
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     struct listener *l = cls;
@@ -532,6 +555,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     log_msg(LOG_WARNING, FAC, "%s %s: %s", l->conf_key, l->addr_text, msg);
 }
 
+/* @locality http_new's caller. */
 static dd_err_t listener_start(struct http *h, struct listener *l,
                                enum listener_kind kind, const char *conf_key,
                                const char *addr, char *errstr,
@@ -591,6 +615,7 @@ static dd_err_t listener_start(struct http *h, struct listener *l,
     return DD_OK;
 }
 
+/* @locality http_new's caller; pure. */
 static bool token_ok(const char *t)
 {
     for (; *t; t++)

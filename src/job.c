@@ -30,6 +30,9 @@
  * - The canonical request of a workflow job has "method", "url", "headers",
  *   "credentials" and "body_sha256" set to null and its requests in "steps";
  *   a plain job has "steps": null.  Every key is always present.
+ *
+ * @locality any thread, every function: reentrant, no shared state.  Callers:
+ * the pipeline and the job API's thread.
  */
 #include "job.h"
 #include "jstr.h"

@@ -1,4 +1,5 @@
-/* jstr: JSON string literals of large byte strings (see jstr.h). */
+/* jstr: JSON string literals of large byte strings (see jstr.h).
+ * @locality any thread, every function: pure (constant tables only). */
 #include "jstr.h"
 
 #include <stdint.h>

@@ -6,6 +6,9 @@
 #include "config.h"
 #include "log.h"
 
+/* librdkafka's log callback: one JSON line through log.h.
+ * @locality librdkafka's internal threads (and the thread of any rd_kafka_*
+ * call that logs). */
 static void log_cb(const rd_kafka_t *rk, int level, const char *fac,
                    const char *buf)
 {
@@ -14,6 +17,7 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac,
         log_write(level, "kafka", NULL, "%s: %s", fac, buf);
 }
 
+/* @locality any thread; pure. */
 static bool is_consumer_only(const char *name)
 {
     static const char *const names[] = {
@@ -30,6 +34,7 @@ static bool is_consumer_only(const char *name)
     return false;
 }
 
+/* @locality kconf_new's caller. */
 static dd_err_t set1(rd_kafka_conf_t *c, const char *name, const char *value,
                      const char *shown_src, char *errstr, size_t errstr_size)
 {

@@ -41,6 +41,10 @@
  * non-ASCII byte, the host after decoding and IDN is therefore parsed once
  * more and the result of that second parse is kept: normalize stays a fixed
  * point (found by fuzz_url, tests/fuzz/regressions/url/).
+ *
+ * @locality any thread, every function: reentrant, no state but the SHA-256
+ * method fetched once (pthread_once).  Callers: the pipeline, the job API's
+ * thread (job_parse), the fetch engine and the store (key_sha256_hex).
  */
 #include "key.h"
 #include "dd.h"

@@ -1,3 +1,6 @@
+/* Structured logging (log.h).  Every function but log_configure runs on any
+ * thread: the pipeline, the fetch engine, the store's fsync thread, the HTTP
+ * listeners and librdkafka's threads all log. */
 #include "log.h"
 
 #include <ctype.h>
@@ -17,6 +20,7 @@ void log_configure(int level, const char *debug)
     snprintf(debug_ctx, sizeof(debug_ctx), "%s", debug ? debug : "");
 }
 
+/* @locality any thread (reads debug_ctx, set before threads start). */
 static bool fac_in_debug(const char *fac)
 {
     if (!debug_ctx[0])
@@ -60,6 +64,7 @@ int log_level_parse(const char *name)
     return -1;
 }
 
+/* @locality any thread; pure. */
 static const char *level_name(int level)
 {
     static const char *names[] = {"emerg", "alert", "crit", "error",
@@ -67,7 +72,7 @@ static const char *level_name(int level)
     return (level >= 0 && level <= 7) ? names[level] : "info";
 }
 
-/* Append \p s JSON-escaped to buf[*len..cap). */
+/* Append \p s JSON-escaped to buf[*len..cap).  @locality any thread. */
 static void put_escaped(char *buf, size_t *len, size_t cap, const char *s)
 {
     for (; *s && *len + 8 < cap; s++) {
@@ -83,6 +88,7 @@ static void put_escaped(char *buf, size_t *len, size_t cap, const char *s)
     }
 }
 
+/* @locality any thread. */
 static void put_raw(char *buf, size_t *len, size_t cap, const char *s)
 {
     size_t n = strlen(s);

@@ -1,5 +1,9 @@
 /* The process-wide metrics registry: static atomics, rendered on demand in the
- * Prometheus text exposition format 0.0.4. */
+ * Prometheus text exposition format 0.0.4.
+ *
+ * Threads: every function runs on any thread (updates come from the pipeline,
+ * the fetch engine and the store; metrics_render from the admin listener);
+ * the registry is only ever touched through relaxed atomics. */
 #include "metrics.h"
 
 #include <assert.h>
@@ -148,6 +152,7 @@ void metrics_result(enum metrics_result_outcome o)
     atomic_fetch_add_explicit(&reg.results[o], 1, RELAXED);
 }
 
+/* @locality any thread; pure. */
 static size_t category_index(const char *category)
 {
     if (!category || !*category)
@@ -191,6 +196,7 @@ int64_t metrics_gauge_get(enum metrics_gauge g)
     return atomic_load_explicit(&reg.gauges[g], RELAXED);
 }
 
+/* @locality any thread; pure. */
 static double bits2double(unsigned long long b)
 {
     double d;
@@ -198,6 +204,7 @@ static double bits2double(unsigned long long b)
     return d;
 }
 
+/* @locality any thread; pure. */
 static unsigned long long double2bits(double d)
 {
     unsigned long long b;
@@ -260,6 +267,7 @@ struct buf {
 static void buf_printf(struct buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* @locality any thread (metrics_render's caller: the admin listener). */
 static void buf_printf(struct buf *b, const char *fmt, ...)
 {
     if (b->oom)
@@ -291,7 +299,8 @@ static void buf_printf(struct buf *b, const char *fmt, ...)
 }
 
 /* Shortest text that reads back as the same double (Go's strconv 'g', -1
- * in spirit), with Prometheus' spellings of the special values. */
+ * in spirit), with Prometheus' spellings of the special values.
+ * @locality any thread; pure. */
 static void fmt_double(char *out, size_t out_size, double v)
 {
     if (isnan(v)) {
@@ -317,7 +326,8 @@ static void fmt_double(char *out, size_t out_size, double v)
     }
 }
 
-/* Label values: escape backslash, double quote and line feed (0.0.4). */
+/* Label values: escape backslash, double quote and line feed (0.0.4).
+ * @locality any thread (metrics_render's caller). */
 static void buf_label_value(struct buf *b, const char *v)
 {
     for (; *v; v++) {
@@ -332,6 +342,7 @@ static void buf_label_value(struct buf *b, const char *v)
     }
 }
 
+/* @locality any thread (metrics_render's caller: the admin listener). */
 static void buf_head(struct buf *b, const char *name, const char *help,
                      const char *type)
 {
@@ -339,6 +350,7 @@ static void buf_head(struct buf *b, const char *name, const char *help,
     buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* @locality any thread (metrics_render's caller: the admin listener). */
 static void render_labelled(struct buf *b, const char *name, const char *help,
                             const char *label, const char *const *values,
                             atomic_ullong *series, size_t n)
@@ -349,6 +361,7 @@ static void render_labelled(struct buf *b, const char *name, const char *help,
                    atomic_load_explicit(&series[i], RELAXED));
 }
 
+/* @locality any thread (metrics_render's caller: the admin listener). */
 static void render_hist(struct buf *b, enum metrics_hist h)
 {
     const struct hist_desc *d = &hist_desc[h];

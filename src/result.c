@@ -1,3 +1,6 @@
+/* result.c - the events dedupd publishes, encoded with jansson (result.h).
+ * @locality any thread, every function: reentrant, no shared state.  Caller:
+ * the pipeline (and `dedupd inspect` for result_time_format). */
 #include "result.h"
 
 #include <jansson.h>

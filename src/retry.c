@@ -17,6 +17,8 @@
  * - RFC 850 two-digit years: a year that would be more than 50 years after
  *   now means the most recent past year with those digits (RFC 9110 5.6.7).
  * - A date in the past means 0 (clock skew is normal, case C-16).
+ *
+ * @locality any thread, every function: pure.  Caller: the fetch engine.
  */
 #include "retry.h"
 

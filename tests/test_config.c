@@ -153,6 +153,82 @@ START_TEST(test_config_cross_field_rules)
 }
 END_TEST
 
+/* With several rules broken, the first in the fixed order is the one named:
+ * log.level, backoff, blocked statuses, proxy exits, allow_targets.  Each
+ * error names "config" when there is no file. */
+START_TEST(test_config_cross_field_rules_first_in_order)
+{
+    /* one fault per rule, in rule order (a rule's fault may take two
+     * variables: an empty second one is skipped) */
+    static char *fault[5][2] = {
+        {"DEDUPD_LOG__LEVEL=loud", NULL},
+        {"DEDUPD_FETCH__BACKOFF_BASE_MS=500", "DEDUPD_FETCH__BACKOFF_MAX_MS=100"},
+        {"DEDUPD_FETCH__BLOCKED_STATUSES=200", NULL},
+        {"DEDUPD_PROXY__EXITS=ftp://x:1", NULL},
+        {"DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/99", NULL},
+    };
+    static const char *const want[] = {
+        "config: log.level: 'loud' is not one of error, warning, notice, "
+        "info, debug",
+        "config: fetch.backoff_max_ms: must be at least fetch.backoff_base_ms",
+        "config: fetch.blocked_statuses: '200' is not an HTTP status 400..599",
+        "config: proxy.exits: 'ftp://x:1' must start with http://, socks5:// "
+        "or socks5h://",
+        "config: fetch.allow_targets: '127.0.0.1/99' is not an IPv4 or IPv6 "
+        "CIDR (e.g. 127.0.0.1/32)",
+    };
+    /* faults k..4 set: the one of rule k is named */
+    char *env[11];
+    for (size_t k = 0; k < 5; k++) {
+        size_t n = 0;
+        for (size_t i = k; i < 5; i++)
+            for (size_t j = 0; j < 2 && fault[i][j]; j++)
+                env[n++] = fault[i][j];
+        env[n] = NULL;
+        struct cfg *cfg = NULL;
+        ck_assert_int_eq(load(NULL, env, &cfg), DD_ERR_INVAL);
+        ck_assert_ptr_null(cfg);
+        ck_assert_str_eq(g_err, want[k]);
+    }
+}
+END_TEST
+
+/* A provider's countries are kept upper-cased, in order; its fields get
+ * their defaults. */
+START_TEST(test_config_provider_countries_and_defaults)
+{
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load("{\"proxy\": {\"providers\": [{\"name\": \"p\", "
+                          "\"gateway\": \"g\", \"socks_port\": 1080, "
+                          "\"countries\": [\"de\", \"Us\", \"FR\"]}]}}",
+                          NULL, &cfg), DD_OK);
+    ck_assert_uint_eq(cfg->proxy_providers.n, 1);
+    const struct cfg_provider *p = &cfg->proxy_providers.v[0];
+    ck_assert_uint_eq(p->countries.n, 3);
+    ck_assert_str_eq(p->countries.v[0], "DE");
+    ck_assert_str_eq(p->countries.v[1], "US");
+    ck_assert_str_eq(p->countries.v[2], "FR");
+    ck_assert_str_eq(p->username, "{user}");
+    ck_assert_str_eq(p->user, "");
+    ck_assert_str_eq(p->rotation, "sticky");
+    ck_assert_str_eq(p->api_url, "");
+    ck_assert_int_eq(p->http_port, 0);
+    ck_assert_int_eq(p->socks_port, 1080);
+    ck_assert_int_eq(p->sessions, 1);
+    ck_assert_int_eq(p->rotate_every_s, 0);
+    ck_assert_ptr_null(p->password);
+    ck_assert_ptr_null(p->api_key);
+    cfg_destroy(cfg);
+    expect_error("{\"proxy\": {\"providers\": [{\"name\": \"p\", "
+                 "\"gateway\": \"g\", \"http_port\": 1, \"countries\": \"de\"}]}}",
+                 NULL, ": proxy.providers[0].countries: must be an array of "
+                       "ISO 3166-1 alpha-2 codes");
+    expect_error("{\"proxy\": {\"providers\": [5]}}", NULL,
+                 ": proxy.providers[0]: must be an object");
+    expect_error("[]", NULL, ": top level must be an object");
+}
+END_TEST
+
 START_TEST(test_config_credentials_in_exit_url_refused_without_echo)
 {
     expect_error("{\"proxy\": {\"exits\": [\"http://u:hunter2@x:1\"]}}", NULL,
@@ -357,6 +433,8 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_config_json_syntax_error_has_line);
     tcase_add_test(tc, test_config_missing_file);
     tcase_add_test(tc, test_config_cross_field_rules);
+    tcase_add_test(tc, test_config_cross_field_rules_first_in_order);
+    tcase_add_test(tc, test_config_provider_countries_and_defaults);
     tcase_add_test(tc, test_config_providers_errors);
     tcase_add_test(tc, test_config_secret_reference_must_be_a_string);
     tcase_add_test(tc, test_config_provider_errors_name_key_with_long_path);

@@ -1211,6 +1211,52 @@ START_TEST(test_job_rejects_bad_identity_fields)
 }
 END_TEST
 
+/* A job with a fault in every field names the same one each time: the
+ * request first, then the fields in a fixed order (job_key, scope, country,
+ * parser_version, scheduled_for, rotation, deadline_s, meta, replayable),
+ * then safe.  Each payload below drops the fault that was named before. */
+START_TEST(test_job_fields_checked_in_fixed_order)
+{
+    static const char *const fault[][2] = {
+        { "\"url\":\"ftp://a/\"", "field 'url': scheme 'ftp' is not http or https" },
+        { "\"job_key\":\"\"", "field 'job_key': must be 1..256 bytes, not 0" },
+        { "\"scope\":\"a b\"", "field 'scope': must match [A-Za-z0-9._-]{1,64}" },
+        { "\"country\":\"USA\"", "field 'country': must be an ISO 3166-1 alpha-2 "
+                                "code (two letters)" },
+        { "\"parser_version\":-1", "field 'parser_version': must be an integer >= 0" },
+        { "\"scheduled_for\":\"x\"", "field 'scheduled_for': not an RFC 3339 "
+                                     "date-time (YYYY-MM-DDTHH:MM:SSZ)" },
+        { "\"rotation\":\"often\"", "field 'rotation': must be sticky, timed or "
+                                    "per_request" },
+        { "\"deadline_s\":0", "field 'deadline_s': must be an integer 1..86400" },
+        { "\"meta\":[]", "field 'meta': must be an object" },
+        { "\"replayable\":1", "field 'replayable': must be true or false" },
+        { "\"safe\":\"yes\"", "field 'safe': must be true or false" },
+    };
+    size_t n = sizeof(fault) / sizeof(fault[0]);
+    for (size_t k = 0; k < n; k++) {
+        /* faults k..n-1, with a valid url once the url fault is dropped */
+        char payload[1024] = "{";
+        if (k > 0)
+            strcat(payload, "\"url\":\"http://a/\"");
+        for (size_t i = k; i < n; i++) {
+            if (strlen(payload) > 1)
+                strcat(payload, ",");
+            strcat(payload, fault[i][0]);
+        }
+        strcat(payload, "}");
+        char err[DD_ERRSTR_SIZE] = "";
+        struct job *job = NULL;
+        ck_assert_int_eq(job_parse(&default_conf, payload, strlen(payload), &job,
+                                   err, sizeof(err)),
+                         DD_ERR_PERMANENT);
+        ck_assert_ptr_null(job);
+        ck_assert_msg(strcmp(err, fault[k][1]) == 0, "%s: '%s', want '%s'",
+                      payload, err, fault[k][1]);
+    }
+}
+END_TEST
+
 #define NO_TZ "not an RFC 3339 date-time (time zone must be Z or +HH:MM)"
 
 START_TEST(test_job_rejects_bad_scheduled_for)
@@ -1430,6 +1476,7 @@ Suite *job_suite(void)
     tcase_add_test(tc, test_job_rejects_bad_identity_fields);
     tcase_add_test(tc, test_job_rejects_bad_scheduled_for);
     tcase_add_test(tc, test_job_rejects_bad_steps);
+    tcase_add_test(tc, test_job_fields_checked_in_fixed_order);
     tcase_add_test(tc, test_job_rejects_bad_policy_fields);
     suite_add_tcase(s, tc);
     return s;
