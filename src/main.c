@@ -38,7 +38,8 @@ extern char **environ;
 
 static volatile sig_atomic_t run = 1, hurry = 0;
 
-/* First SIGTERM/SIGINT: drain within shutdown.grace_ms; second: leave now. */
+/* First SIGTERM/SIGINT: drain within shutdown.grace_ms; second: leave now.
+ * @locality a signal handler on any thread: only sets the sig_atomic_t flags. */
 static void on_signal(int sig)
 {
     (void)sig;
