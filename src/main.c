@@ -968,7 +968,10 @@ static int redrive_record(struct redrive_run *rr, rd_kafka_message_t *m)
         fprintf(stderr, "dedupd: redrive: %s/%d/%lld still invalid (%s): kept\n",
                 cfg->topic_dlq, (int)m->partition, (long long)m->offset, e);
         rr->kept++;
-        rd_kafka_commit_message(rr->rk, m, 0);
+        /* A dry run only reports: it moves the group's position past nothing
+         * (a later redrive, or --all, must still see every record). */
+        if (!rr->dry)
+            rd_kafka_commit_message(rr->rk, m, 0);
         return 0;
     }
     if (!rr->dry) {
