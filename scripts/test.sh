@@ -41,14 +41,34 @@ n_pass=0 n_fail=0
 record() { # record NAME SECONDS RESULT
   stage_names+=("$1") stage_secs+=("$2") stage_results+=("$3")
 }
-# ctest_counts LOG: add the counts of ctest's closing line to n_pass/n_fail.
+# ctest_counts LOG EXPECTED: add the counts of ctest's closing line to
+# n_pass/n_fail/n_skip.  A skipped entry (SKIP_RETURN_CODE, "***Skipped") is a
+# skip, not a pass; a run that did not end with ctest's closing line, or ran
+# another number of entries than EXPECTED (what `ctest -N` lists for the same
+# selection), fails: the stage must run what it meant to run.
+n_skip=0
 ctest_counts() {
-  local line total failed
+  local line total failed skipped
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$1" | tail -n1 || true)
-  [ -n "$line" ] || { n_fail=$((n_fail + 1)); return; }
+  if [ -z "$line" ]; then
+    echo "test.sh: $1: no ctest summary line: nothing was tested" >&2
+    n_fail=$((n_fail + 1)); return 1
+  fi
   failed=$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
-  n_pass=$((n_pass + total - failed)) n_fail=$((n_fail + failed))
+  skipped=$(grep -c -E '\*\*\*Skipped' "$1" || true)
+  n_pass=$((n_pass + total - failed - skipped)) n_fail=$((n_fail + failed))
+  n_skip=$((n_skip + skipped))
+  if [ "$total" != "$2" ]; then
+    echo "test.sh: $1: ran $total entries, expected $2" >&2
+    n_fail=$((n_fail + 1)); return 1
+  fi
+  [ "$failed" = 0 ] && [ "$skipped" = 0 ]
+}
+# ctest_listed DIR [ARGS...]: how many entries `ctest -N` lists with ARGS.
+ctest_listed() {
+  local d=$1; shift
+  ctest --test-dir "$d" -N "$@" | sed -nE 's/^Total Tests: ([0-9]+)$/\1/p'
 }
 
 t=$(date +%s)
@@ -78,9 +98,8 @@ kill_tree() { # kill_tree PID: PID and its descendants
 # binary in $logs/valgrind/results.
 valgrind_units() {
   local bin name t1 rc
-  for bin in build/tests/test_*; do
-    [ -x "$bin" ] || continue
-    name=$(basename "$bin")
+  for name in "$@"; do
+    bin=build/tests/$name
     t1=$(date +%s) rc=0
     # CK_FORK=no: the tests run in this process, where valgrind sees them.
     # Definite and indirect leaks fail; "possibly lost" (e.g. the TLS of a test's
@@ -98,7 +117,13 @@ if want valgrind; then
   mkdir -p "$logs/valgrind"
   : >"$logs/valgrind/results"
   vg_t0=$(date +%s)
-  valgrind_units &
+  # The binaries to check are the unit_* entries ctest registers (one
+  # tests/test_<module>.c each), not whatever a glob happens to match.
+  vg_names=()
+  for n in $(ctest --test-dir build -N -L unit | sed -nE 's/^ *Test +#[0-9]+: unit_(.*)$/test_\1/p'); do
+    vg_names+=("$n")
+  done
+  valgrind_units "${vg_names[@]}" &
   vg_pid=$!
   bg_pids+=("$vg_pid")
 fi
@@ -144,8 +169,9 @@ echo "==> unit and integration tests"
 # One ctest run: unit tests (label unit) and integration tests (label
 # integration, against the stack).  ctest's closing line gives the counts.
 rc=0
-ctest --test-dir build --output-on-failure -j1 --timeout 600 2>&1 | tee "$logs/ctest.log" || rc=$?
-ctest_counts "$logs/ctest.log"
+expected=$(ctest_listed build)
+ctest --test-dir build --output-on-failure --no-tests=error -j1 --timeout 600 2>&1 | tee "$logs/ctest.log" || rc=$?
+ctest_counts "$logs/ctest.log" "$expected" || rc=1
 record ctest $(( $(date +%s) - t )) "$([ $rc = 0 ] && echo ok || echo FAILED)"
 
 if want asan; then
@@ -167,12 +193,13 @@ if want asan; then
     sanlogs=$root/build-asan/sanitizer-logs
     rm -rf "$sanlogs"; mkdir -p "$sanlogs"
     rc=0
+    expected=$(ctest_listed build-asan ${asan_exclude:+-E "$asan_exclude"})
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:log_path=$sanlogs/san${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$sanlogs/san${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-      ctest --test-dir build-asan --output-on-failure -j1 --timeout 900 \
+      ctest --test-dir build-asan --output-on-failure --no-tests=error -j1 --timeout 900 \
         ${asan_exclude:+-E "$asan_exclude"} 2>&1 \
       | tee "$logs/asan-ctest.log" || rc=$?
-    ctest_counts "$logs/asan-ctest.log"
+    ctest_counts "$logs/asan-ctest.log" "$expected" || rc=1
     if [ -n "$(ls -A "$sanlogs")" ]; then
       rc=1
       n_fail=$((n_fail + 1))
@@ -200,9 +227,13 @@ fi
 if [ -n "$vg_pid" ]; then
   t=$(date +%s)
   echo "==> valgrind: unit test binaries (build/tests/test_*)"
-  wait "$vg_pid" || true
-  vg_pid=
   rc=0
+  wait "$vg_pid" || { echo "test.sh: the valgrind job failed (status $?)" >&2; rc=1 n_fail=$((n_fail + 1)); }
+  vg_pid=
+  if [ "${#vg_names[@]}" = 0 ] || [ "$(wc -l <"$logs/valgrind/results")" != "${#vg_names[@]}" ]; then
+    echo "test.sh: valgrind checked $(wc -l <"$logs/valgrind/results") of ${#vg_names[@]} unit test binaries" >&2
+    rc=1 n_fail=$((n_fail + 1))
+  fi
   while read -r name result secs; do
     echo "    $name $result ($secs s)"
     if [ "$result" = ok ]; then
@@ -229,5 +260,8 @@ printf '    %-9s %5d s\n' total $(( $(date +%s) - t_start ))
 [ -z "${skip// /}" ] || echo "    skipped:$skip" | tr -s ' '
 # Each ctest entry (both trees), each binary under valgrind and the fuzz run
 # count as one.
-echo "tests: $n_pass passed, $n_fail failed"
+echo "tests: $n_pass passed, $n_fail failed, $n_skip skipped"
+# The exit status follows the counts too: a failure counted anywhere, or a
+# skip (every tool a test needs is installed by scripts/deps.sh), fails.
+[ "$n_fail" = 0 ] && [ "$n_skip" = 0 ] || status=1
 exit "$status"

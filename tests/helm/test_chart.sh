@@ -3,7 +3,7 @@
 # over tests/helm/values-*.yaml, with assertions on the rendered manifests, the
 # chart's refusals (values that must not render), NOTES.txt and the Grafana
 # dashboard.  One line per check, then "N passed, M failed"; exit 1 on failure.
-# Exit 77 (skipped) when helm is not installed (scripts/install-helm.sh).
+# Exit 1 when helm is not installed: scripts/deps.sh installs it (install-helm.sh).
 #
 # Environment: HELM (helm binary), DEDUPD_CACHE (where install-helm.sh puts it),
 # DEDUPD_BIN (dedupd binary: when present, every rendered config is also checked
@@ -23,8 +23,8 @@ if [ -z "$helm" ]; then
   fi
 fi
 if [ -z "$helm" ] || [ ! -x "$helm" ]; then
-  echo "SKIP: helm not found (HELM, PATH, ${DEDUPD_CACHE:-$HOME/.cache/dedupd}/bin/helm); install it with scripts/install-helm.sh"
-  exit 77
+  echo "FAIL: helm not found (HELM, PATH, ${DEDUPD_CACHE:-$HOME/.cache/dedupd}/bin/helm); scripts/deps.sh installs it (scripts/install-helm.sh): nothing was tested"
+  exit 1
 fi
 
 dedupd_bin=${DEDUPD_BIN:-}
