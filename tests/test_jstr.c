@@ -70,8 +70,20 @@ START_TEST(test_jstr_refuses_what_jansson_refuses)
         {"ok \xe2\x82", 5},       /* cut at the end */
         {"\xe2\x28\xa1", 3},      /* bad continuation */
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++)
-        check_same(cases[i].p, cases[i].n);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        /* Each case is refused outright (not merely "as jansson does"): the
+         * refusal is the rule (RFC 3629 section 3, RFC 8259 section 8.1),
+         * and jansson agreeing is checked beside it. */
+        static char untouched[] = "untouched";
+        char *got = untouched;
+        size_t len = 12345;
+        ck_assert_int_eq(jstr_quote(cases[i].p, cases[i].n, &got, &len),
+                         DD_ERR_INVAL);
+        ck_assert_ptr_eq(got, untouched); /* the header: untouched on failure */
+        ck_assert_uint_eq(len, 12345);
+        ck_assert(!jstr_utf8_valid(cases[i].p, cases[i].n));
+        ck_assert_ptr_null(jansson_literal(cases[i].p, cases[i].n));
+    }
 }
 END_TEST
 

@@ -206,11 +206,17 @@ START_TEST(test_retry_backoff_overflow_safe)
         ck_assert_int_le(w, 60000);
     }
     ck_assert_int_eq(retry_backoff_ms(1000, 1000, 60000, 60000), 60000);
-    ck_assert_int_le(retry_backoff_ms(100, INT64_MAX / 2, INT64_MAX,
+    /* doubling saturates at the cap without overflow: (2^62-1) * 2 = 2^63-2,
+     * then the cap INT64_MAX; the draw at that ceiling is rnd >> 1 */
+    ck_assert_int_eq(retry_backoff_ms(100, INT64_MAX / 2, INT64_MAX,
                                       UINT64_MAX),
                      INT64_MAX);
-    ck_assert_int_ge(retry_backoff_ms(100, INT64_MAX, INT64_MAX, UINT64_MAX),
-                     0);
+    ck_assert_int_eq(retry_backoff_ms(1, INT64_MAX / 2, INT64_MAX, 0x10),
+                     0x10); /* ceiling 2^63-2: rnd % (2^63-1) */
+    ck_assert_int_eq(retry_backoff_ms(100, INT64_MAX, INT64_MAX, UINT64_MAX),
+                     INT64_MAX);
+    ck_assert_int_eq(retry_backoff_ms(100, INT64_MAX, INT64_MAX, 6),
+                     3);
     ck_assert_int_eq(retry_backoff_ms(20, 1, INT64_MAX, 1048576), 1048576);
     ck_assert_int_eq(retry_backoff_ms(20, 1, INT64_MAX, 1048577), 0);
     /* ceiling saturates at INT64_MAX: the draw is the top 63 bits */
