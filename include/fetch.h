@@ -63,11 +63,16 @@
  * past that instant.
  *
  * Safety: TLS verification on; the body cap is enforced in the write callback;
- * redirects are capped; an SSRF guard refuses IP-literal targets in loopback,
- * link-local and private ranges unless a CIDR of fetch.allow_targets allows them,
- * and when fetching direct checks the resolved address of every connection
- * (open-socket callback).  Proxy credentials go through CURLOPT_PROXYUSERNAME /
- * CURLOPT_PROXYPASSWORD, never in a URL.
+ * redirects are capped; the SSRF guard (guard.h) refuses IP-literal targets in
+ * loopback, link-local and private ranges unless a CIDR of fetch.allow_targets
+ * allows them, and when fetching direct checks the resolved address of every
+ * connection (open-socket callback).  Proxy credentials go through
+ * CURLOPT_PROXYUSERNAME / CURLOPT_PROXYPASSWORD, never in a URL.
+ *
+ * Inside the engine: fetch.c runs the transfer state machine, its queues
+ * and the multi loop; proxy_pool.c the sessions (pick / report);
+ * fetch_outcome.c classifies a finished transfer (pure); fetch_hosts.c
+ * holds the per-host limits' table; guard.c the SSRF guard.
  */
 #ifndef DEDUPD_FETCH_H
 #define DEDUPD_FETCH_H
@@ -198,8 +203,11 @@ struct fetch_stats {
  * @brief Start the engine thread.
  * @param cfg  Frozen config (borrowed; must outlive the engine).
  * @param out  Out: engine; stop with fetch_destroy().
- * @returns DD_OK; DD_ERR_INVAL (bad proxy or CIDR in config: errstr says which);
- *          DD_ERR_FATAL (thread or curl multi could not start).
+ * @returns DD_OK; DD_ERR_INVAL (bad proxy or CIDR in config, or a provider
+ *          API without a session list: errstr says which; not retriable);
+ *          DD_ERR_FATAL (thread or curl multi could not start);
+ *          DD_ERR_NOMEM (the engine could not be allocated).
+ * @locality the pipeline thread (or main); starts the fetch-engine thread.
  */
 dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
                    size_t errstr_size) DD_WUR;
@@ -207,6 +215,7 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
 /**
  * @brief Stop the thread: transfers still running end with category "canceled".
  *        Their results stay takeable until destroy.  fetch_destroy(NULL) no-op.
+ * @locality the thread that called fetch_new(); joins the engine thread.
  */
 void fetch_destroy(struct fetch *f);
 
@@ -250,32 +259,25 @@ typedef void(fetch_retry_cb)(void *hook_opaque, void *req_opaque,
 /**
  * @brief Install the retry hook (NULL: none).  Call before the first
  *        fetch_submit(); not thread-safe against running requests.
+ * @locality the thread that called fetch_new(), before any submit.
  */
 void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque);
 
 /**
  * @brief Take one finished request, waiting at most \p timeout_ms (0 = no wait).
  * @returns the result (caller owns; fetch_result_destroy) or NULL.
+ * @locality any thread.
  */
 struct fetch_result *fetch_take(struct fetch *f, int timeout_ms);
 
-/** @returns requests submitted and not yet taken. */
+/** @returns requests submitted and not yet taken. @locality any thread. */
 size_t fetch_inflight(struct fetch *f);
 
-/** @brief Copy the counters. */
+/** @brief Copy the counters. @locality any thread. */
 void fetch_stats_get(struct fetch *f, struct fetch_stats *st);
 
-/** @brief Free a result; NULL is a no-op. */
+/** @brief Free a result; NULL is a no-op. @locality any thread. */
 void fetch_result_destroy(struct fetch_result *r);
-
-/**
- * @brief SSRF guard: is the IP literal \p host (v4 or v6, brackets allowed)
- *        in a refused range and not allowed by \p allow (CIDR list)?
- * @param refused Out: true when the target must be refused.
- * @returns true if \p host is an IP literal (false: a name; nothing decided).
- */
-bool fetch_ip_refused(const char *host, char *const *allow, size_t n_allow,
-                      bool *refused);
 
 /** A per-host token bucket (fetch.per_host_rate_per_min, per_host_burst). */
 struct fetch_bucket {
@@ -288,17 +290,10 @@ struct fetch_bucket {
  *        capped at \p burst >= 1; rate 0 = unlimited).
  * @returns 0 when a token was taken, else the ms until one is available
  *          (nothing taken).
+ * @locality any thread; pure on \p b (the engine's per-host table,
+ *           fetch_hosts.h, calls it on the fetch-engine thread).
  */
 int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_min,
                           int64_t burst);
-
-/**
- * @brief Timed rotation: the interval a session created at \p created_ms is in
- *        at \p now for a provider rotating every \p every_s seconds.
- * @param start_ms Out (optional): when that interval began.
- * @returns the interval number (0 = the first); 0 when every_s <= 0.
- */
-int64_t fetch_timed_interval(int64_t created_ms, int64_t every_s, int64_t now,
-                             int64_t *start_ms);
 
 #endif

@@ -1,13 +1,20 @@
-/* The fetch engine: libcurl multi loop on its own thread, session pool, retry
- * timers.  See fetch.h for the contract. */
+/* The fetch engine: the transfer state machine, its queues, the libcurl multi
+ * loop on its own thread, retry timers and per-host limits.  Sessions come
+ * from the proxy pool (proxy_pool.h), targets pass the SSRF guard (guard.h),
+ * and a finished transfer is classified by fetch_outcome_classify() and
+ * handled by the handler of its kind (on_<kind>).  See fetch.h for the
+ * contract.
+ *
+ * Threads: fetch_new, fetch_destroy, fetch_submit, fetch_take,
+ * fetch_inflight and fetch_stats_get run on their callers' threads and meet
+ * the engine only under f->lock (incoming queue, completion ring) or through
+ * atomics (counters).  Every static function below runs on the fetch-engine
+ * thread unless its @locality says otherwise; the pool belongs to it. */
 #include "dd.h"
 #include "fetch.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <curl/curl.h>
-#include <jansson.h>
-#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,51 +25,14 @@
 #include <time.h>
 
 #include "config.h"
+#include "fetch_hosts.h"
+#include "fetch_outcome.h"
+#include "guard.h"
 #include "key.h"
 #include "log.h"
 #include "metrics.h"
+#include "proxy_pool.h"
 #include "retry.h"
-
-/* ---- session pool ------------------------------------------------------ */
-
-/* A session is one proxy exit (or "direct"): each plain exit of proxy.exits,
- * and each provider session (a session id in the username, or a session of the
- * provider's API).  Rotating an op moves it to another session, or moves the
- * session to another exit (provider API, new session id). */
-struct session {
-    char *proxy;             /* proxy URL, NULL = direct */
-    char name[128];          /* shown in results and logs */
-    int64_t cooldown_until_ms;
-    uint64_t uses;
-    uint64_t errors;
-    int active;              /* transfers running through it */
-    /* provider sessions (NULL provider: a plain exit of proxy.exits) */
-    const struct cfg_provider *provider;
-    char country[3];         /* upper-case, "" = any */
-    char sid[48];            /* session id in the username / provider API */
-    unsigned gen;            /* bumped when the session is retired */
-    char *username;          /* filled template (owned) */
-    int64_t created_at_ms;
-    uint64_t errors_in_row;
-    uint64_t uses_since_new;
-    unsigned renewals;       /* bumped on every renewal (new exit) */
-    int pinned;              /* workflows bound to it mid-way: not renewed */
-    int64_t suspended_until_ms; /* proxy_auth: its credential set is out */
-    /* timed rotation: the provider's interval the session was last seen in */
-    int64_t epoch, epoch_start_ms;
-};
-
-static bool session_timed(const struct session *s)
-{
-    return s->provider && !strcmp(s->provider->rotation, "timed") &&
-           s->provider->rotate_every_s > 0;
-}
-
-struct cidr {
-    int family;
-    unsigned char addr[16];
-    int bits;
-};
 
 enum xfer_state { XF_WAITING, XF_RUNNING };
 
@@ -74,16 +44,6 @@ struct wstep {
     unsigned char *body;          /* NULL = none */
     size_t body_len;
 };
-
-/* Per-host limits: running requests and the token bucket of one host. */
-struct host_slot {
-    struct host_slot *next;
-    char *host;
-    int inflight;
-    struct fetch_bucket bucket;
-    int64_t last_ms;
-};
-#define HOST_BUCKETS 1024
 
 struct xfer {
     struct xfer *next;            /* in waiting list or done queue */
@@ -108,7 +68,8 @@ struct xfer {
     /* progress */
     enum xfer_state state;
     int64_t not_before_ms;
-    int session;                  /* index or -1 */
+    int session;                  /* pool session number or -1 */
+    bool proxied;                 /* the running attempt's session has a proxy */
     bool fresh_connect;
     uint32_t attempts, rotations, throttled, redirects;
     uint32_t step_attempts;       /* attempts of the current step in this run */
@@ -116,7 +77,7 @@ struct xfer {
     uint32_t restarts;            /* workflow restarts from the first step */
     bool need_rotate;             /* next launch moves to another session */
     bool wait_slot, gate_waited;  /* held by the per-host concurrency cap */
-    struct host_slot *hs;         /* slot counted while running */
+    struct fetch_host *hs;        /* per-host slot counted while running */
     int pin;                      /* session pinned mid-way, or -1 */
     unsigned run_renewals;        /* session identity when the run bound it */
     int64_t run_epoch;
@@ -163,15 +124,10 @@ struct fetch {
     struct xfer **waiting_tailp;
     struct xfer *run_head;        /* transfers attached to the multi handle */
     size_t running;
-    struct host_slot *hosts[HOST_BUCKETS];
-    size_t n_hosts;
-    int64_t hosts_swept_ms;
+    struct fetch_hosts *hosts;    /* per-host limits */
 
-    struct session *sessions;
-    size_t n_sessions;
-    size_t rr;                    /* round robin cursor */
-    struct cidr *allow;
-    size_t n_allow;
+    struct proxy_pool *pool;      /* sessions (engine thread once started) */
+    struct guard *guard;          /* immutable */
     long *blocked;
     size_t n_blocked;
     uint64_t rnd;
@@ -183,48 +139,7 @@ struct fetch {
         st_auth_suspensions;
 };
 
-#define FETCH_MAX_HEADER_BYTES (256 * 1024) /* one response's header block */
-
-
-int64_t fetch_bucket_take(struct fetch_bucket *b, int64_t now, int64_t rate_per_min,
-                          int64_t burst)
-{
-    if (rate_per_min <= 0)
-        return 0;
-    if (burst < 1)
-        burst = 1;
-    if (b->at_ms == 0) {
-        b->tokens = (double)burst;
-        b->at_ms = now;
-    } else if (now > b->at_ms) {
-        b->tokens += (double)(now - b->at_ms) * (double)rate_per_min / 60000.0;
-        if (b->tokens > (double)burst)
-            b->tokens = (double)burst;
-        b->at_ms = now;
-    }
-    if (b->tokens >= 1.0 - 1e-9) {
-        b->tokens -= 1.0;
-        return 0;
-    }
-    double ms = (1.0 - b->tokens) * 60000.0 / (double)rate_per_min;
-    int64_t w = (int64_t)ceil(ms - 1e-6); /* float noise must not add 1 ms */
-    return w < 1 ? 1 : w;
-}
-
-int64_t fetch_timed_interval(int64_t created_ms, int64_t every_s, int64_t now,
-                             int64_t *start_ms)
-{
-    if (every_s <= 0 || now < created_ms) {
-        if (start_ms)
-            *start_ms = created_ms;
-        return 0;
-    }
-    int64_t e = (now - created_ms) / (every_s * 1000);
-    if (start_ms)
-        *start_ms = created_ms + e * every_s * 1000;
-    return e;
-}
-
+/* @locality fetch-engine thread */
 static uint64_t xorshift(uint64_t *s)
 {
     uint64_t x = *s;
@@ -234,196 +149,38 @@ static uint64_t xorshift(uint64_t *s)
     return *s = x;
 }
 
-/* ---- SSRF guard ---------------------------------------------------------- */
+/* ---- SSRF guard (guard.h) at the libcurl boundary ------------------------- */
 
-static bool parse_cidr(const char *text, struct cidr *c)
-{
-    char buf[128];
-    snprintf(buf, sizeof(buf), "%s", text);
-    char *slash = strchr(buf, '/');
-    int bits = -1;
-    if (slash) {
-        *slash = '\0';
-        char *end;
-        long b = strtol(slash + 1, &end, 10);
-        if (*end || b < 0)
-            return false;
-        bits = (int)b;
-    }
-    if (inet_pton(AF_INET, buf, c->addr) == 1) {
-        c->family = AF_INET;
-        c->bits = bits < 0 ? 32 : bits;
-        return c->bits <= 32;
-    }
-    if (inet_pton(AF_INET6, buf, c->addr) == 1) {
-        c->family = AF_INET6;
-        c->bits = bits < 0 ? 128 : bits;
-        return c->bits <= 128;
-    }
-    return false;
-}
-
-static bool prefix_match(const unsigned char *a, const unsigned char *b, int bits)
-{
-    int full = bits / 8, rest = bits % 8;
-    if (memcmp(a, b, (size_t)full))
-        return false;
-    if (rest) {
-        unsigned char mask = (unsigned char)(0xff << (8 - rest));
-        if ((a[full] & mask) != (b[full] & mask))
-            return false;
-    }
-    return true;
-}
-
-static bool addr_is_internal(int family, const unsigned char *a);
-
-/* RFC 8215 local-use NAT64 prefix 64:ff9b:1::/48: the operator picks the
- * prefix length inside it (RFC 6052: /48, /56, /64 or /96), which decides
- * where the IPv4 address sits.  Internal if the v4 is internal in any format
- * the address is well formed in (bits 64-71 zero, suffix zero; /96 always):
- * /48 and /56 deployments are then refused whole (their /96 reading is
- * 0.0.0.0) unless fetch.allow_targets allows them. */
-static bool nat64_local_internal(const unsigned char *a)
-{
-    static const unsigned char at[3][5] = {
-        {6, 7, 9, 10, 11}, {7, 9, 10, 11, 12}, {9, 10, 11, 12, 13}};
-    if (addr_is_internal(AF_INET, a + 12))
-        return true;
-    if (a[8])
-        return false;
-    for (int f = 0; f < 3; f++) {
-        bool suffix_zero = true;
-        for (int i = at[f][4]; i < 16; i++)
-            suffix_zero &= a[i] == 0;
-        unsigned char v4[4] = {a[at[f][0]], a[at[f][1]], a[at[f][2]], a[at[f][3]]};
-        if (suffix_zero && addr_is_internal(AF_INET, v4))
-            return true;
-    }
-    return false;
-}
-
-/* Refused ranges: loopback, link-local (cloud metadata), private, unspecified,
- * CGNAT, and their IPv6 counterparts.  IPv6 forms that embed an IPv4 address
- * are judged by it: v4-mapped ::ffff:0:0/96, IPv4-translated ::ffff:0:0:0/96
- * (RFC 2765), IPv4-compatible ::/96 (:: and ::1 fall in 0.0.0.0/8), NAT64
- * 64:ff9b::/96 (RFC 6052) and 64:ff9b:1::/48 (RFC 8215), 6to4 2002::/16
- * (RFC 3056). */
-static bool addr_is_internal(int family, const unsigned char *a)
-{
-    if (family == AF_INET) {
-        uint32_t v = ((uint32_t)a[0] << 24) | ((uint32_t)a[1] << 16) |
-                     ((uint32_t)a[2] << 8) | a[3];
-        return (v >> 24) == 0 || (v >> 24) == 10 || (v >> 24) == 127 ||
-               (v >> 16) == 0xa9fe || (v >> 20) == 0xac1 ||
-               (v >> 16) == 0xc0a8 || (v >> 22) == (0x64400000u >> 22) ||
-               v >= 0xe0000000u;
-    }
-    static const unsigned char zero[16];
-    static const unsigned char nat64[12] = {0x00, 0x64, 0xff, 0x9b};
-    static const unsigned char nat64_local[6] = {0x00, 0x64, 0xff, 0x9b, 0x00, 0x01};
-    if (!memcmp(a, zero, 10) && a[10] == 0xff && a[11] == 0xff)
-        return addr_is_internal(AF_INET, a + 12); /* ::ffff:0:0/96 */
-    if (!memcmp(a, zero, 8) && a[8] == 0xff && a[9] == 0xff && !a[10] && !a[11])
-        return addr_is_internal(AF_INET, a + 12); /* ::ffff:0:0:0/96 */
-    if (!memcmp(a, zero, 12) || !memcmp(a, nat64, 12))
-        return addr_is_internal(AF_INET, a + 12); /* ::/96, 64:ff9b::/96 */
-    if (!memcmp(a, nat64_local, 6))
-        return nat64_local_internal(a);
-    if (a[0] == 0x20 && a[1] == 0x02)
-        return addr_is_internal(AF_INET, a + 2); /* 2002::/16 */
-    if ((a[0] & 0xfe) == 0xfc)
-        return true; /* fc00::/7 unique local */
-    if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
-        return true; /* fe80::/10 link-local */
-    if (a[0] == 0xff)
-        return true; /* multicast */
-    return false;
-}
-
-static bool addr_refused(int family, const unsigned char *a,
-                         const struct cidr *allow, size_t n_allow)
-{
-    if (!addr_is_internal(family, a))
-        return false;
-    for (size_t i = 0; i < n_allow; i++)
-        if (allow[i].family == family && prefix_match(a, allow[i].addr, allow[i].bits))
-            return false;
-    return true;
-}
-
-bool fetch_ip_refused(const char *host, char *const *allow_text, size_t n_allow,
-                      bool *refused)
-{
-    char buf[128];
-    size_t n = strlen(host);
-    if (n >= sizeof(buf))
-        return false;
-    if (host[0] == '[' && n > 2 && host[n - 1] == ']') {
-        memcpy(buf, host + 1, n - 2);
-        buf[n - 2] = '\0';
-    } else
-        memcpy(buf, host, n + 1);
-    char *pct = strchr(buf, '%'); /* zone id */
-    if (pct)
-        *pct = '\0';
-    unsigned char a[16];
-    int family;
-    if (inet_pton(AF_INET, buf, a) == 1)
-        family = AF_INET;
-    else if (inet_pton(AF_INET6, buf, a) == 1)
-        family = AF_INET6;
-    else
-        return false;
-    struct cidr allow[64];
-    size_t k = 0;
-    for (size_t i = 0; i < n_allow && k < 64; i++)
-        if (parse_cidr(allow_text[i], &allow[k]))
-            k++;
-    *refused = addr_refused(family, a, allow, k);
-    return true;
-}
-
-/* Refuse the target of \p url if it is an internal IP literal. */
+/* Refuse the target of \p url if it is an internal IP literal.
+ * @locality fetch-engine thread */
 static bool url_target_refused(struct fetch *f, const char *url)
 {
     CURLU *u = curl_url();
     bool refused = false;
     char *host = NULL;
     if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
-        char buf[128];
-        snprintf(buf, sizeof(buf), "%s", host);
-        size_t n = strlen(buf);
-        if (buf[0] == '[' && n > 2) {
-            memmove(buf, buf + 1, n - 2);
-            buf[n - 2] = '\0';
-        }
-        unsigned char a[16];
-        if (inet_pton(AF_INET, buf, a) == 1)
-            refused = addr_refused(AF_INET, a, f->allow, f->n_allow);
-        else if (inet_pton(AF_INET6, buf, a) == 1)
-            refused = addr_refused(AF_INET6, a, f->allow, f->n_allow);
-    }
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK)
+        refused = guard_host_refused(f->guard, host);
     curl_free(host);
     curl_url_cleanup(u);
     return refused;
 }
 
 /* Direct fetches: check the address libcurl is about to connect to (it has
- * resolved the name), so a name that resolves inside is refused too. */
+ * resolved the name), so a name that resolves inside is refused too.
+ * @locality fetch-engine thread (libcurl callback) */
 static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose,
                                     struct curl_sockaddr *addr)
 {
     struct xfer *x = clientp;
     (void)purpose;
-    if (x->session < 0 || !x->f->sessions[x->session].proxy) {
-        const unsigned char *a = NULL;
+    if (!x->proxied) {
+        const void *a = NULL;
         if (addr->family == AF_INET)
-            a = (const unsigned char *)&((struct sockaddr_in *)&addr->addr)->sin_addr;
+            a = &((struct sockaddr_in *)&addr->addr)->sin_addr;
         else if (addr->family == AF_INET6)
-            a = (const unsigned char *)&((struct sockaddr_in6 *)&addr->addr)->sin6_addr;
-        if (a && addr_refused(addr->family, a, x->f->allow, x->f->n_allow)) {
+            a = &((struct sockaddr_in6 *)&addr->addr)->sin6_addr;
+        if (a && guard_addr_refused(x->f->guard, addr->family, a)) {
             x->refused_target = true;
             return CURL_SOCKET_BAD;
         }
@@ -431,44 +188,11 @@ static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose,
     return socket(addr->family, addr->socktype, addr->protocol);
 }
 
-
-/* ---- provider sessions ----------------------------------------------------- */
-
-/* Fill a provider's username template: {user}, {session}, {country}
- * (lower-case, as providers write it in usernames: "cc-us"). */
-static char *fill_username(const struct cfg_provider *p, const char *sid,
-                           const char *country)
-{
-    char out[1024];
-    size_t n = 0;
-    for (const char *t = p->username; *t && n + 1 < sizeof(out);) {
-        const char *val = NULL;
-        size_t skip = 0;
-        char cc[3] = {0};
-        if (!strncmp(t, "{user}", 6))
-            val = p->user ? p->user : "", skip = 6;
-        else if (!strncmp(t, "{session}", 9))
-            val = sid, skip = 9;
-        else if (!strncmp(t, "{country}", 9)) {
-            cc[0] = (char)tolower((unsigned char)country[0]);
-            cc[1] = country[0] ? (char)tolower((unsigned char)country[1]) : 0;
-            val = cc, skip = 9;
-        }
-        if (val) {
-            for (; *val && n + 1 < sizeof(out); val++)
-                out[n++] = *val;
-            t += skip;
-        } else
-            out[n++] = *t++;
-    }
-    out[n] = '\0';
-    return strdup(out);
-}
-
 /* libcurl before 8.8.0 URL-decodes CURLOPT_PROXYUSERNAME and
  * CURLOPT_PROXYPASSWORD (curl issue 13265), so "%41" would reach the proxy as
  * "A".  On those versions every byte outside RFC 3986 unreserved is
- * percent-encoded, which that decoding turns back into the exact bytes. */
+ * percent-encoded, which that decoding turns back into the exact bytes.
+ * @locality fetch-engine thread */
 static char *cred_for_curl(const char *v)
 {
     static int must_encode = -1;
@@ -477,11 +201,9 @@ static char *cred_for_curl(const char *v)
         must_encode = vi->version_num < 0x080800;
     }
     if (!must_encode)
-        return strdup(v);
+        return dd_xstrdup(v, "proxy credentials");
     size_t n = strlen(v);
-    char *out = malloc(n * 3 + 1), *o = out;
-    if (!out)
-        abort();
+    char *out = dd_xmalloc(n * 3 + 1, "proxy credentials"), *o = out;
     for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
         if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
             *o++ = (char)*p;
@@ -492,224 +214,9 @@ static char *cred_for_curl(const char *v)
     return out;
 }
 
-static void session_name(struct session *s)
-{
-    if (s->country[0])
-        snprintf(s->name, sizeof(s->name), "%s:%s:%s", s->provider->name,
-                 s->country, s->sid);
-    else
-        snprintf(s->name, sizeof(s->name), "%s:%s", s->provider->name, s->sid);
-}
-
-/* Call the provider API (bearer key): GET /sessions or POST
- * /session/{id}/rotate.  Returns the JSON body (caller frees) or NULL.
- * Synchronous: a rotation takes one loopback-or-LAN round trip. */
-static char *provider_api(const struct cfg_provider *p, const char *method,
-                          const char *path, char *err, size_t err_size)
-{
-    CURL *e = curl_easy_init();
-    if (!e)
-        return NULL;
-    char url[1024], auth[1200];
-    snprintf(url, sizeof(url), "%s%s", p->api_url, path);
-    snprintf(auth, sizeof(auth), "Authorization: Bearer %s",
-             p->api_key ? p->api_key : "");
-    struct curl_slist *h = curl_slist_append(NULL, auth);
-    struct { char *b; size_t n; } buf = {NULL, 0};
-    FILE *mem = open_memstream(&buf.b, &buf.n);
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, mem);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_PROXY, "");
-    if (!strcmp(method, "POST")) {
-        curl_easy_setopt(e, CURLOPT_POST, 1L);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
-    }
-    CURLcode rc = curl_easy_perform(e);
-    long status = 0;
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    fclose(mem);
-    curl_slist_free_all(h);
-    memset(auth, 0, sizeof(auth));
-    curl_easy_cleanup(e);
-    if (rc != CURLE_OK || status != 200) {
-        snprintf(err, err_size, "%s %s%s: %s", method, p->api_url, path,
-                 rc != CURLE_OK ? curl_easy_strerror(rc) : "HTTP error");
-        if (rc == CURLE_OK)
-            snprintf(err + strlen(err), err_size - strlen(err), " %ld", status);
-        free(buf.b);
-        return NULL;
-    }
-    return buf.b;
-}
-
-/* Set the proxy URL of a provider session from an API exit "host:port". */
-static void session_set_exit(struct session *s, const char *exit_hostport)
-{
-    char url[300];
-    snprintf(url, sizeof(url), "%s://%s",
-             s->provider->http_port ? "http" : "socks5h", exit_hostport);
-    free(s->proxy);
-    s->proxy = strdup(url);
-}
-
-/* Rotate \p s to a fresh exit: through the provider API when it has one, else
- * by retiring the session id (a new id is a new exit at the provider). */
-static void session_renew(struct fetch *f, struct session *s, const char *why)
-{
-    if (!s->provider)
-        return;
-    s->uses_since_new = 0;
-    s->errors_in_row = 0;
-    s->created_at_ms = dd_now_ms();
-    s->renewals++;
-    s->epoch = 0;
-    s->epoch_start_ms = s->created_at_ms;
-    if (s->provider->api_url[0]) {
-        char path[128], err[256];
-        snprintf(path, sizeof(path), "/session/%s/rotate", s->sid);
-        char *body = provider_api(s->provider, "POST", path, err, sizeof(err));
-        json_t *j = body ? json_loads(body, 0, NULL) : NULL;
-        const char *ex = json_string_value(json_object_get(j, "exit"));
-        if (ex)
-            session_set_exit(s, ex);
-        else
-            log_msg(LOG_WARNING, "fetch", "provider %s: rotate %s failed: %s",
-                    s->provider->name, s->sid, body ? "no exit in answer" : err);
-        json_decref(j);
-        free(body);
-    } else {
-        s->gen++;
-        char base[sizeof(s->sid)];
-        snprintf(base, sizeof(base), "%s", s->sid);
-        char *g = strchr(base, 'g');
-        if (g)
-            *g = '\0';
-        snprintf(s->sid, sizeof(s->sid), "%.32sg%u", base, s->gen);
-        free(s->username);
-        s->username = fill_username(s->provider, s->sid, s->country);
-    }
-    session_name(s);
-    atomic_fetch_add(&f->st_rotations, 0); /* counted by the caller */
-    log_msg(LOG_INFO, "fetch", "session %s renewed (%s)", s->name, why);
-}
-
-/* Build the provider sessions (after the plain exits). */
-static dd_err_t sessions_from_providers(struct fetch *f, char *errstr,
-                                        size_t errstr_size)
-{
-    const struct cfg_providers *ps = &f->cfg->proxy_providers;
-    for (size_t i = 0; i < ps->n; i++) {
-        const struct cfg_provider *p = &ps->v[i];
-        json_t *api = NULL;
-        if (p->api_url[0]) {
-            char err[256];
-            char *body = provider_api(p, "GET", "/sessions", err, sizeof(err));
-            api = body ? json_loads(body, 0, NULL) : NULL;
-            free(body);
-            if (!json_is_array(json_object_get(api, "sessions"))) {
-                dd_errstr_set(errstr, errstr_size,
-                              "provider %s: session list: %s", p->name,
-                              api ? "no \"sessions\" array" : err);
-                json_decref(api);
-                return DD_ERR_INVAL;
-            }
-        }
-        size_t nc = p->countries.n ? p->countries.n : 1;
-        size_t per = api ? json_array_size(json_object_get(api, "sessions"))
-                         : (size_t)p->sessions;
-        for (size_t c = 0; c < nc; c++) {
-            for (size_t k = 0; k < per; k++) {
-                f->sessions = realloc(f->sessions,
-                                      (f->n_sessions + 1) * sizeof(*f->sessions));
-                if (!f->sessions)
-                    abort();
-                struct session *s = &f->sessions[f->n_sessions++];
-                memset(s, 0, sizeof(*s));
-                s->provider = p;
-                s->created_at_ms = dd_now_ms();
-                s->epoch_start_ms = s->created_at_ms;
-                if (p->countries.n)
-                    snprintf(s->country, sizeof(s->country), "%s",
-                             p->countries.v[c]);
-                if (api) {
-                    json_t *js = json_array_get(json_object_get(api, "sessions"), k);
-                    snprintf(s->sid, sizeof(s->sid), "%s",
-                             json_string_value(json_object_get(js, "id"))
-                                 ? json_string_value(json_object_get(js, "id"))
-                                 : "?");
-                    const char *ex = json_string_value(json_object_get(js, "exit"));
-                    session_set_exit(s, ex ? ex : "0.0.0.0:1");
-                } else {
-                    snprintf(s->sid, sizeof(s->sid), "s%zu", k + 1);
-                    char url[300];
-                    if (p->http_port)
-                        snprintf(url, sizeof(url), "http://%s:%lld", p->gateway,
-                                 (long long)p->http_port);
-                    else
-                        snprintf(url, sizeof(url), "socks5h://%s:%lld", p->gateway,
-                                 (long long)p->socks_port);
-                    s->proxy = strdup(url);
-                }
-                s->username = fill_username(p, s->sid, s->country);
-                session_name(s);
-            }
-        }
-        json_decref(api);
-    }
-    return DD_OK;
-}
-
-/* Retire worn sessions before use (Crawlee SessionPool's rules): too many
- * uses, too many errors in a row, too old. */
-static void session_check_retire(struct fetch *f, struct session *s, int64_t now)
-{
-    const struct cfg *c = f->cfg;
-    if (!s->provider)
-        return;
-    const char *why = NULL;
-    if (c->fetch_session_max_uses && s->uses_since_new >= (uint64_t)c->fetch_session_max_uses)
-        why = "max uses";
-    else if (c->fetch_session_max_errors &&
-             s->errors_in_row >= (uint64_t)c->fetch_session_max_errors)
-        why = "max errors";
-    else if (c->fetch_session_max_age_ms &&
-             now - s->created_at_ms >= c->fetch_session_max_age_ms)
-        why = "max age";
-    if (why && s->active == 0 && s->pinned == 0)
-        session_renew(f, s, why);
-}
-
-/* Timed rotation: when the provider's interval changed since the session was
- * last seen, the session stands on a new exit: the old exit's cooldown and
- * error count no longer apply (connections of the old interval are not
- * reused: start_attempt). */
-static void session_timed_update(struct session *s, int64_t now)
-{
-    if (!session_timed(s))
-        return;
-    int64_t start;
-    int64_t e = fetch_timed_interval(s->created_at_ms, s->provider->rotate_every_s,
-                                     now, &start);
-    if (e == s->epoch)
-        return;
-    s->epoch = e;
-    s->epoch_start_ms = start;
-    s->cooldown_until_ms = 0;
-    s->errors_in_row = 0;
-    log_msg(LOG_DEBUG, "fetch", "session %s: timed rotation (interval %lld)",
-            s->name, (long long)e);
-}
-
-static bool session_suspended(const struct session *s, int64_t now)
-{
-    return s->suspended_until_ms > now;
-}
-
 /* ---- transfers ----------------------------------------------------------- */
 
+/* @locality fetch-engine thread (libcurl callback) */
 static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     struct xfer *x = userdata;
@@ -723,10 +230,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
         size_t cap = x->rcap ? x->rcap : 16384;
         while (cap < x->rlen + n + 1)
             cap *= 2;
-        unsigned char *p = realloc(x->rbody, cap);
-        if (!p)
-            return 0;
-        x->rbody = p;
+        x->rbody = dd_xrealloc(x->rbody, cap, "response body");
         x->rcap = cap;
     }
     memcpy(x->rbody + x->rlen, ptr, n);
@@ -734,6 +238,7 @@ static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+/* @locality fetch-engine thread */
 static void set_str(char **dst, const char *v, size_t n)
 {
     while (n && (*v == ' ' || *v == '\t'))
@@ -741,9 +246,12 @@ static void set_str(char **dst, const char *v, size_t n)
     while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
         n--;
     free(*dst);
-    *dst = strndup(v, n);
+    *dst = dd_xmalloc(n + 1, "response header");
+    memcpy(*dst, v, n);
+    (*dst)[n] = '\0';
 }
 
+/* @locality fetch-engine thread (libcurl callback) */
 static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
 {
     struct xfer *x = userdata;
@@ -780,6 +288,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
     return n;
 }
 
+/* @locality fetch-engine thread */
 static void xfer_reset_response(struct xfer *x)
 {
     x->rlen = 0;
@@ -792,6 +301,7 @@ static void xfer_reset_response(struct xfer *x)
     x->errbuf[0] = '\0';
 }
 
+/* @locality any thread (the submitter's or the fetch-engine thread) */
 static void wstep_free(struct wstep *w)
 {
     free(w->url);
@@ -805,6 +315,7 @@ static void wstep_free(struct wstep *w)
     free(w->body);
 }
 
+/* @locality any thread (the engine's, or fetch_result_destroy's caller) */
 static void sres_free(struct fetch_step_result *v, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -812,7 +323,8 @@ static void sres_free(struct fetch_step_result *v, size_t n)
     free(v);
 }
 
-/* Drop the op's cookie jar (a new session starts with none). */
+/* Drop the op's cookie jar (a new session starts with none).
+ * @locality fetch-engine thread (or the submitter's, for a failed submit) */
 static void jar_drop(struct xfer *x)
 {
     if (!x->jar)
@@ -827,13 +339,16 @@ static void jar_drop(struct xfer *x)
  * transfer start consumes, and neither curl_easy_reset nor
  * curl_easy_cleanup frees it (LeakSanitizer: 16 + 1 bytes per set-up that
  * never ran); setting it to NULL frees the list (lib/setopt.c) and leaves a
- * shared jar's cookies alone. */
+ * shared jar's cookies alone.
+ * @locality fetch-engine thread (or the submitter's, for a failed submit) */
 static void cookiefile_clear(struct xfer *x)
 {
     if (x->easy && x->workflow)
         curl_easy_setopt(x->easy, CURLOPT_COOKIEFILE, (char *)NULL);
 }
 
+/* @locality fetch-engine thread; the submitter's for a failed submit, the
+ * destroyer's for one never seen by the engine */
 static void xfer_free(struct xfer *x)
 {
     if (!x)
@@ -859,7 +374,8 @@ static void xfer_free(struct xfer *x)
     free(x);
 }
 
-/* The per-host limit key of \p url: its host, lower-case (any port). */
+/* The per-host limit key of \p url: its host, lower-case (any port).
+ * @locality any thread (the submitter's or the fetch-engine thread) */
 static void url_host_key(const char *url, char *out, size_t size)
 {
     CURLU *u = curl_url();
@@ -876,6 +392,8 @@ static void url_host_key(const char *url, char *out, size_t size)
     curl_url_cleanup(u);
 }
 
+/* Takes ownership of \p url.
+ * @locality any thread (the submitter's or the fetch-engine thread) */
 static void xfer_set_url(struct xfer *x, char *url)
 {
     free(x->url);
@@ -883,147 +401,133 @@ static void xfer_set_url(struct xfer *x, char *url)
     url_host_key(url, x->host, sizeof(x->host));
 }
 
-/* Make step \p i the current request (a new run of it: no redirects yet). */
-static void xfer_load_step(struct xfer *x, size_t i)
+/* Make step \p i the current request (a new run of it: no redirects yet).
+ * Returns false when out of memory (fetch_submit answers DD_ERR_NOMEM; the
+ * engine calls dd_oom).
+ * @locality any thread (the submitter's or the fetch-engine thread) */
+static bool xfer_load_step(struct xfer *x, size_t i)
 {
     struct wstep *w = &x->steps[i];
+    char *url = strdup(w->url);
+    char *method = strdup(w->method);
+    if (!url || !method) {
+        free(url);
+        free(method);
+        return false;
+    }
     x->step = i;
-    xfer_set_url(x, strdup(w->url));
+    xfer_set_url(x, url);
     x->orig_url = w->url;
     free(x->method);
-    x->method = strdup(w->method);
+    x->method = method;
     x->body = w->body;
     x->body_len = w->body_len;
     x->redirects = 0;
     x->step_attempts = 0;
     x->step_5xx = 0;
+    return true;
+}
+
+/* The engine's xfer_load_step: out of memory is dd_oom.
+ * @locality fetch-engine thread */
+static void xfer_goto_step(struct xfer *x, size_t i)
+{
+    if (!xfer_load_step(x, i))
+        dd_oom("fetch step");
 }
 
 /* ---- per-host limits ------------------------------------------------------ */
 
-static uint64_t host_hash(const char *h)
-{
-    return dd_fnv1a64_str(h);
-}
-
-static struct host_slot *host_get(struct fetch *f, const char *host)
-{
-    struct host_slot **b = &f->hosts[host_hash(host) % HOST_BUCKETS];
-    for (struct host_slot *h = *b; h; h = h->next)
-        if (!strcmp(h->host, host))
-            return h;
-    struct host_slot *h = calloc(1, sizeof(*h));
-    if (!h || !(h->host = strdup(host)))
-        abort();
-    h->next = *b;
-    *b = h;
-    f->n_hosts++;
-    return h;
-}
-
-/* Forget hosts idle long enough that their bucket is full again. */
-static void hosts_sweep(struct fetch *f, int64_t now)
-{
-    if (now - f->hosts_swept_ms < 10000)
-        return;
-    f->hosts_swept_ms = now;
-    const struct cfg *c = f->cfg;
-    int64_t idle = 60000;
-    if (c->fetch_per_host_rate_per_min > 0) {
-        int64_t refill = c->fetch_per_host_burst * 60000 / c->fetch_per_host_rate_per_min + 1;
-        if (refill > idle)
-            idle = refill;
-    }
-    for (size_t i = 0; i < HOST_BUCKETS; i++) {
-        struct host_slot **pp = &f->hosts[i];
-        while (*pp) {
-            struct host_slot *h = *pp;
-            if (h->inflight == 0 && now - h->last_ms > idle) {
-                *pp = h->next;
-                free(h->host);
-                free(h);
-                f->n_hosts--;
-            } else
-                pp = &h->next;
-        }
-    }
-}
-
+/* @locality fetch-engine thread */
 static void host_release(struct xfer *x)
 {
-    if (x->hs) {
-        x->hs->inflight--;
-        x->hs = NULL;
-    }
+    fetch_hosts_release(x->hs);
+    x->hs = NULL;
 }
 
-/* ---- queues ---------------------------------------------------------------- */
-
-static bool wf_midway(const struct xfer *x);
-
-/* Can \p s ever serve \p x (DESIGN.md section 3: the job's country and
- * rotation select a provider's sessions)?  A session of a provider with a
- * countries list serves only its country; a job's rotation mode takes only
- * sessions of providers with that mode.  A plain exit (proxy.exits) or direct
- * fetching serves any job. */
-static bool session_serves(const struct session *s, const struct xfer *x)
-{
-    if (!s->provider)
-        return true;
-    if (x->country[0] && (s->country[0] ? strcmp(s->country, x->country) != 0
-                                        : s->provider->countries.n > 0))
-        return false;
-    return !x->rotation[0] || !strcmp(s->provider->rotation, x->rotation);
-}
-
-/* When \p s can take a request again: its cooldown's end (a timed session's
- * cooldown ends at its next interval at the latest), or \p now. */
-static int64_t session_free_at(const struct session *s, int64_t now)
-{
-    int64_t t = s->cooldown_until_ms;
-    if (session_timed(s) && t > now) {
-        int64_t start;
-        fetch_timed_interval(s->created_at_ms, s->provider->rotate_every_s, now,
-                             &start);
-        int64_t next = start + s->provider->rotate_every_s * 1000;
-        if (next < t)
-            t = next;
-    }
-    return t > now ? t : now;
-}
-
-/* The earliest time a retry of \p x can start as things stand: its own
- * not_before, or later when every session that could serve it cools down
- * (or the one it is bound to mid-way does).  The caller makes it the op's
- * not_before, so what the store records is never earlier than the start. */
-static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
-{
-    int64_t now = dd_now_ms(), t = INT64_MAX;
-    if (x->session >= 0 && wf_midway(x) && !x->need_rotate) {
-        t = session_free_at(&f->sessions[x->session], now);
-    } else {
-        for (size_t i = 0; i < f->n_sessions && t > now; i++) {
-            const struct session *s = &f->sessions[i];
-            if (!session_serves(s, x))
-                continue;
-            if (session_suspended(s, now))
-                continue;
-            int64_t a = session_free_at(s, now);
-            if (a < t)
-                t = a;
-        }
-    }
-    if (t == INT64_MAX)
-        t = now;
-    return t > x->not_before_ms ? t : x->not_before_ms;
-}
-
+/* @locality fetch-engine thread */
 static void host_wait_count(struct fetch *f)
 {
     atomic_fetch_add(&f->st_host_waits, 1);
     metrics_add(METRICS_HOST_WAITS, 1);
 }
 
+/* Per-host limits of \p x's current target (fetch_hosts.h): the
+ * concurrency cap first, then the token bucket.  Returns false when \p x
+ * must wait (x->wait_slot: for a request on that host to end; else until
+ * x->not_before_ms); the first wait of a run of waits is counted.  *hsp: the
+ * host's slot (NULL when no limit is configured), taken when \p x starts.
+ * @locality fetch-engine thread */
+static bool host_gate(struct fetch *f, struct xfer *x, int64_t now,
+                      struct fetch_host **hsp)
+{
+    int64_t wait_ms = 0;
+    switch (fetch_hosts_check(f->hosts, x->host, now, hsp, &wait_ms)) {
+    case FETCH_HOSTS_FULL:
+        if (!x->gate_waited)
+            host_wait_count(f);
+        x->wait_slot = x->gate_waited = true;
+        return false;
+    case FETCH_HOSTS_RATE:
+        if (!x->gate_waited)
+            host_wait_count(f);
+        x->wait_slot = false;
+        x->gate_waited = true;
+        x->not_before_ms = now + wait_ms;
+        return false;
+    case FETCH_HOSTS_GO:
+    default:
+        if (fetch_hosts_enabled(f->hosts))
+            x->wait_slot = false;
+        return true;
+    }
+}
+
+/* ---- queues ---------------------------------------------------------------- */
+
+/* A workflow between its first and last step: bound to its session.
+ * @locality fetch-engine thread */
+static bool wf_midway(const struct xfer *x)
+{
+    return x->workflow && x->step > 0;
+}
+
+/* Restarting re-sends every step: only when each is safe or the job allows.
+ * @locality fetch-engine thread */
+static bool wf_restartable(const struct xfer *x)
+{
+    return x->workflow && (x->safe || x->replayable);
+}
+
+/* What \p x asks of the pool (DESIGN.md section 3: the job's country and
+ * rotation select a provider's sessions).
+ * @locality fetch-engine thread */
+static struct proxy_pool_want xfer_want(const struct xfer *x, bool rotate)
+{
+    return (struct proxy_pool_want){.country = x->country,
+                                    .rotation = x->rotation,
+                                    .current = x->session,
+                                    .rotate = rotate};
+}
+
+/* The earliest time a retry of \p x can start as things stand: its own
+ * not_before, or later when every session that could serve it cools down
+ * (or the one it is bound to mid-way does).  The caller makes it the op's
+ * not_before, so what the store records is never earlier than the start.
+ * @locality fetch-engine thread */
+static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
+{
+    int64_t now = dd_now_ms(), t;
+    if (x->session >= 0 && wf_midway(x) && !x->need_rotate) {
+        t = proxy_pool_session_free_at(f->pool, x->session, now);
+    } else {
+        struct proxy_pool_want w = xfer_want(x, false);
+        t = proxy_pool_free_at(f->pool, &w, now);
+    }
+    return t > x->not_before_ms ? t : x->not_before_ms;
+}
+
+/* @locality fetch-engine thread */
 static void waiting_push(struct fetch *f, struct xfer *x)
 {
     /* An op back in the queue after a failed attempt waits for a retry:
@@ -1047,73 +551,61 @@ static void waiting_push(struct fetch *f, struct xfer *x)
     f->waiting_tailp = &x->next;
 }
 
-/* Pick a session for \p x: keep its bound one unless \p rotate; otherwise the
- * least used session that is not cooling down, not suspended (proxy_auth) and
- * not the current one.  Returns -1 when every candidate cools down
- * (*wait_until then says until when), -2 when no session outside a suspended
- * credential set can serve the op. */
-static int session_pick(struct fetch *f, struct xfer *x, bool rotate,
-                        int64_t now, int64_t *wait_until)
+/* Take *pp (an op of the waiting list) out of the list.
+ * @locality fetch-engine thread */
+static void waiting_unlink(struct fetch *f, struct xfer **pp)
 {
-    if (f->n_sessions == 0)
-        return -1;
-    if (!rotate && x->session >= 0) {
-        struct session *cur = &f->sessions[x->session];
-        session_timed_update(cur, now);
-        if (!session_suspended(cur, now) && cur->cooldown_until_ms <= now) {
-            session_check_retire(f, cur, now);
-            return x->session;
-        }
-    }
-    int best = -1;
-    int64_t earliest = INT64_MAX;
-    bool skipped_suspended = false, any = false;
-    for (size_t k = 0; k < f->n_sessions; k++) {
-        size_t i = (f->rr + k) % f->n_sessions;
-        struct session *s = &f->sessions[i];
-        if (!session_serves(s, x))
-            continue;
-        any = true;
-        if (rotate && (int)i == x->session && f->n_sessions > 1)
-            continue;
-        if (session_suspended(s, now)) {
-            skipped_suspended = true;
-            continue;
-        }
-        session_timed_update(s, now);
-        if (s->cooldown_until_ms > now) {
-            if (s->cooldown_until_ms < earliest)
-                earliest = s->cooldown_until_ms;
-            continue;
-        }
-        if (best < 0 || s->active < f->sessions[best].active)
-            best = (int)i;
-    }
-    f->rr++;
-    if (best < 0 && rotate && earliest == INT64_MAX && x->session >= 0 &&
-        !session_suspended(&f->sessions[x->session], now)) {
-        /* No other session can serve it: stay (after its cooldown). */
-        struct session *cur = &f->sessions[x->session];
-        if (cur->cooldown_until_ms <= now)
-            best = x->session;
-        else
-            earliest = cur->cooldown_until_ms;
-    }
-    if (best < 0 && !any)
-        return -3;
-    if (best < 0) {
-        if (earliest == INT64_MAX && skipped_suspended)
-            return -2;
-        *wait_until = earliest == INT64_MAX ? now + 100 : earliest;
-    } else
-        session_check_retire(f, &f->sessions[best], now);
-    return best;
+    struct xfer *x = *pp;
+    *pp = x->next;
+    if (f->waiting_tailp == &x->next)
+        f->waiting_tailp = pp;
+    x->next = NULL;
 }
+
+/* Put \p x back where waiting_unlink(f, pp) took it from.
+ * @locality fetch-engine thread */
+static void waiting_relink(struct fetch *f, struct xfer **pp, struct xfer *x)
+{
+    x->next = *pp;
+    *pp = x;
+    if (f->waiting_tailp == pp)
+        f->waiting_tailp = &x->next;
+}
+
+/* Count a rotation of \p x (a new session or a new exit of its session).
+ * @locality fetch-engine thread */
+static void rotation_count(struct fetch *f, struct xfer *x, bool fresh_connect)
+{
+    x->rotations++;
+    if (fresh_connect)
+        x->fresh_connect = true;
+    atomic_fetch_add(&f->st_rotations, 1);
+    metrics_add(METRICS_ROTATIONS, 1);
+}
+
+/* Move \p x to another session after its session failed it, when the pool
+ * has one free now (else \p x stays and its next launch picks).
+ * @locality fetch-engine thread */
+static void rotate_away(struct fetch *f, struct xfer *x, bool fresh_connect)
+{
+    int next = -1;
+    int64_t wait_until = 0;
+    struct proxy_pool_want w = xfer_want(x, true);
+    if (proxy_pool_pick(f->pool, &w, dd_now_ms(), &next, &wait_until) ==
+            PROXY_POOL_PICKED &&
+        next != x->session) {
+        x->session = next;
+        rotation_count(f, x, fresh_connect);
+    }
+}
+
+/* ---- attempts ---------------------------------------------------------------- */
 
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error);
 
-/* Close the current attempt record with its outcome (first close wins). */
+/* Close the current attempt record with its outcome (first close wins).
+ * @locality fetch-engine thread */
 static void att_close(struct xfer *x, long status, const char *category,
                       const char *error)
 {
@@ -1140,53 +632,43 @@ static void att_close(struct xfer *x, long status, const char *category,
     }
 }
 
-static bool is_blocked(struct fetch *f, long status)
+/* Open the attempt record of a new attempt (a redirect hop keeps the record
+ * of its attempt).
+ * @locality fetch-engine thread */
+static void att_open(struct xfer *x, const char *session_name)
 {
-    for (size_t i = 0; i < f->n_blocked; i++)
-        if (f->blocked[i] == status)
-            return true;
-    return false;
+    if (x->n_alog && !x->alog[x->n_alog - 1].ended_at_ms)
+        return;
+    if (x->n_alog == x->cap_alog) {
+        x->cap_alog = x->cap_alog ? x->cap_alog * 2 : 4;
+        x->alog = dd_xrealloc(x->alog, x->cap_alog * sizeof(*x->alog),
+                              "attempt log");
+    }
+    struct fetch_attempt *a = &x->alog[x->n_alog++];
+    memset(a, 0, sizeof(*a));
+    a->started_at_ms = dd_now_ms();
+    a->step = (uint32_t)x->step;
+    snprintf(a->session, sizeof(a->session), "%s", session_name);
 }
 
-/* A workflow between its first and last step: bound to its session. */
-static bool wf_midway(const struct xfer *x)
-{
-    return x->workflow && x->step > 0;
-}
-
-/* Restarting re-sends every step: only when each is safe or the job allows. */
-static bool wf_restartable(const struct xfer *x)
-{
-    return x->workflow && (x->safe || x->replayable);
-}
-
+/* @locality fetch-engine thread */
 static void unpin(struct fetch *f, struct xfer *x)
 {
     if (x->pin >= 0) {
-        f->sessions[x->pin].pinned--;
+        proxy_pool_unpin(f->pool, x->pin);
         x->pin = -1;
     }
 }
 
-static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
+/* A new or reset easy handle for \p x, with the options every attempt sets.
+ * @locality fetch-engine thread */
+static CURL *easy_prepare(struct fetch *f, struct xfer *x)
 {
-    if (x->retry_noted) {
-        x->retry_noted = false;
-        f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_START, now,
-                    (uint32_t)x->n_alog, NULL);
-    }
-    if (url_target_refused(f, x->url)) {
-        finish(f, x, false, 0, "forbidden_target",
-               "target address is loopback, link-local or private and not in "
-               "fetch.allow_targets");
-        return;
-    }
-    struct session *s = &f->sessions[x->session];
-    struct wstep *w = &x->steps[x->step];
-    xfer_reset_response(x);
-    if (!x->easy)
+    if (!x->easy) {
         x->easy = curl_easy_init();
-    else {
+        if (!x->easy)
+            dd_oom("curl easy handle");
+    } else {
         cookiefile_clear(x);
         curl_easy_reset(x->easy);
     }
@@ -1214,63 +696,82 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
         x->fresh_connect = false;
     }
-    if (x->workflow) {
-        /* The op's cookie jar: a per-op share, so that cookies survive
-         * curl_easy_reset and never meet another op's.  A jar belongs to one
-         * session (and one exit of it): a new one starts empty. */
-        if (x->jar && (x->jar_session != x->session ||
-                       x->jar_renewals != s->renewals || x->jar_epoch != s->epoch))
-            jar_drop(x);
-        if (!x->jar) {
-            x->jar = curl_share_init();
-            if (!x->jar)
-                abort();
-            curl_share_setopt(x->jar, CURLSHOPT_SHARE, CURL_LOCK_DATA_COOKIE);
-            x->jar_session = x->session;
-            x->jar_renewals = s->renewals;
-            x->jar_epoch = s->epoch;
-        }
-        curl_easy_setopt(e, CURLOPT_SHARE, x->jar);
-        curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");
+    return e;
+}
+
+/* The op's cookie jar: a per-op share, so that cookies survive
+ * curl_easy_reset and never meet another op's.  A jar belongs to one
+ * session (and one exit of it): a new one starts empty.
+ * @locality fetch-engine thread */
+static void easy_set_jar(struct xfer *x, CURL *e,
+                         const struct proxy_pool_session_info *s)
+{
+    if (x->jar && (x->jar_session != x->session ||
+                   x->jar_renewals != s->renewals || x->jar_epoch != s->epoch))
+        jar_drop(x);
+    if (!x->jar) {
+        x->jar = curl_share_init();
+        if (!x->jar)
+            dd_oom("cookie jar");
+        curl_share_setopt(x->jar, CURLSHOPT_SHARE, CURL_LOCK_DATA_COOKIE);
+        x->jar_session = x->session;
+        x->jar_renewals = s->renewals;
+        x->jar_epoch = s->epoch;
     }
-    if (s->proxy) {
-        curl_easy_setopt(e, CURLOPT_PROXY, s->proxy);
-        if (s->provider && s->provider->password) {
-            /* Never spliced into the proxy URL (DESIGN.md section 5). */
-            char *u = cred_for_curl(s->username);
-            char *pw = cred_for_curl(s->provider->password);
-            curl_easy_setopt(e, CURLOPT_PROXYUSERNAME, u);
-            curl_easy_setopt(e, CURLOPT_PROXYPASSWORD, pw);
-            memset(pw, 0, strlen(pw));
-            free(u);
-            free(pw);
-        }
-        if ((s->provider && !strcmp(s->provider->rotation, "per_request")) ||
-            !strcmp(x->rotation, "per_request")) {
-            curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-            curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
-        } else if (session_timed(s)) {
-            /* No connection (tunnel) of an earlier interval: its exit is
-             * gone.  CURLOPT_MAXLIFETIME_CONN counts whole seconds of a
-             * connection's age, so early in an interval every connection is
-             * fresh, later only those younger than the interval are reused. */
-            session_timed_update(s, now);
-            int64_t in = now - s->epoch_start_ms;
-            if (in < 2000)
-                curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-            else
-                curl_easy_setopt(e, CURLOPT_MAXLIFETIME_CONN, (long)(in / 1000 - 1));
-        }
-    } else {
+    curl_easy_setopt(e, CURLOPT_SHARE, x->jar);
+    curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");
+}
+
+/* The proxy of \p x's session, its credentials and its connection reuse.
+ * @locality fetch-engine thread */
+static void easy_set_proxy(struct fetch *f, struct xfer *x, CURL *e, int64_t now)
+{
+    struct proxy_pool_session_info s;
+    proxy_pool_session_get(f->pool, x->session, &s);
+    x->proxied = s.proxy != NULL;
+    if (!s.proxy) {
         curl_easy_setopt(e, CURLOPT_PROXY, "");
+        return;
     }
+    curl_easy_setopt(e, CURLOPT_PROXY, s.proxy);
+    if (s.username) {
+        /* Never spliced into the proxy URL (DESIGN.md section 5). */
+        char *u = cred_for_curl(s.username);
+        char *pw = cred_for_curl(s.password);
+        curl_easy_setopt(e, CURLOPT_PROXYUSERNAME, u);
+        curl_easy_setopt(e, CURLOPT_PROXYPASSWORD, pw);
+        memset(pw, 0, strlen(pw));
+        free(u);
+        free(pw);
+    }
+    if (s.per_request || !strcmp(x->rotation, "per_request")) {
+        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+    } else if (s.timed) {
+        /* No connection (tunnel) of an earlier interval: its exit is
+         * gone.  CURLOPT_MAXLIFETIME_CONN counts whole seconds of a
+         * connection's age, so early in an interval every connection is
+         * fresh, later only those younger than the interval are reused. */
+        proxy_pool_refresh(f->pool, x->session, now);
+        proxy_pool_session_get(f->pool, x->session, &s);
+        int64_t in = now - s.epoch_start_ms;
+        if (in < 2000)
+            curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
+        else
+            curl_easy_setopt(e, CURLOPT_MAXLIFETIME_CONN, (long)(in / 1000 - 1));
+    }
+}
+
+/* The current step's headers, method and body.
+ * @locality fetch-engine thread */
+static void easy_set_request(struct xfer *x, CURL *e)
+{
+    struct wstep *w = &x->steps[x->step];
     curl_slist_free_all(x->slist);
     x->slist = NULL;
     for (size_t i = 0; i < w->n_headers; i++) {
         size_t n = strlen(w->hdr_names[i]) + strlen(w->hdr_values[i]) + 3;
-        char *line = malloc(n);
-        if (!line)
-            abort();
+        char *line = dd_xmalloc(n, "request header");
         if (w->hdr_values[i][0])
             snprintf(line, n, "%s: %s", w->hdr_names[i], w->hdr_values[i]);
         else
@@ -1288,26 +789,12 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
     }
-    x->attempts++;
-    x->step_attempts++;
-    if (x->n_alog == 0 || x->alog[x->n_alog - 1].ended_at_ms) {
-        if (x->n_alog == x->cap_alog) {
-            x->cap_alog = x->cap_alog ? x->cap_alog * 2 : 4;
-            x->alog = realloc(x->alog, x->cap_alog * sizeof(*x->alog));
-            if (!x->alog)
-                abort();
-        }
-        memset(&x->alog[x->n_alog], 0, sizeof(*x->alog));
-        x->alog[x->n_alog].started_at_ms = dd_now_ms();
-        x->alog[x->n_alog].step = (uint32_t)x->step;
-        snprintf(x->alog[x->n_alog].session, sizeof(x->alog[0].session), "%s",
-                 s->name);
-        x->n_alog++;
-    }
-    s->uses++;
-    s->uses_since_new++;
-    s->active++;
-    atomic_fetch_add(&f->st_attempts, 1);
+}
+
+/* Attach \p x to the running list and the multi handle.
+ * @locality fetch-engine thread */
+static void running_add(struct fetch *f, struct xfer *x)
+{
     x->state = XF_RUNNING;
     f->running++;
     x->run_prev = NULL;
@@ -1315,11 +802,63 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
     if (f->run_head)
         f->run_head->run_prev = x;
     f->run_head = x;
-    curl_multi_add_handle(f->multi, e);
+    curl_multi_add_handle(f->multi, x->easy);
 }
 
+/* Detach \p x (its transfer finished) from the running list, its host slot
+ * and the multi handle.
+ * @locality fetch-engine thread */
+static void running_remove(struct fetch *f, struct xfer *x)
+{
+    f->running--;
+    host_release(x);
+    if (x->run_prev)
+        x->run_prev->run_next = x->run_next;
+    else
+        f->run_head = x->run_next;
+    if (x->run_next)
+        x->run_next->run_prev = x->run_prev;
+    x->run_prev = x->run_next = NULL;
+    curl_multi_remove_handle(f->multi, x->easy);
+}
+
+/* Start an attempt of \p x's current request through x->session (may finish
+ * and free \p x: a refused target).
+ * @locality fetch-engine thread */
+static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
+{
+    if (x->retry_noted) {
+        x->retry_noted = false;
+        f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_START, now,
+                    (uint32_t)x->n_alog, NULL);
+    }
+    if (url_target_refused(f, x->url)) {
+        finish(f, x, false, 0, "forbidden_target",
+               "target address is loopback, link-local or private and not in "
+               "fetch.allow_targets");
+        return;
+    }
+    struct proxy_pool_session_info s;
+    proxy_pool_session_get(f->pool, x->session, &s);
+    xfer_reset_response(x);
+    CURL *e = easy_prepare(f, x);
+    if (x->workflow)
+        easy_set_jar(x, e, &s);
+    easy_set_proxy(f, x, e, now);
+    easy_set_request(x, e);
+    x->attempts++;
+    x->step_attempts++;
+    att_open(x, proxy_pool_session_name(f->pool, x->session));
+    proxy_pool_acquire(f->pool, x->session);
+    atomic_fetch_add(&f->st_attempts, 1);
+    running_add(f, x);
+}
+
+/* ---- results ------------------------------------------------------------------ */
+
 /* Schedule \p x again: for a retry (attempt cap and deadline permitting).
- * Returns false if the op must fail instead. */
+ * Returns false if the op must fail instead.
+ * @locality fetch-engine thread */
 static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
 {
     int64_t now = dd_now_ms();
@@ -1332,11 +871,10 @@ static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
     return true;
 }
 
+/* @locality fetch-engine thread */
 static struct fetch_result *result_from(struct xfer *x)
 {
-    struct fetch_result *r = calloc(1, sizeof(*r));
-    if (!r)
-        abort();
+    struct fetch_result *r = dd_xcalloc(1, sizeof(*r), "fetch result");
     r->opaque = x->opaque;
     r->attempts = x->attempts;
     r->rotations = x->rotations;
@@ -1344,18 +882,18 @@ static struct fetch_result *result_from(struct xfer *x)
     r->restarts = x->restarts;
     r->fetched_at_ms = dd_now_ms();
     if (x->session >= 0) {
-        const struct session *s = &x->f->sessions[x->session];
-        snprintf(r->session, sizeof(r->session), "%s", s->name);
-        if (session_timed(s))
-            r->session_rotates_at_ms =
-                s->epoch_start_ms + s->provider->rotate_every_s * 1000;
+        struct proxy_pool_session_info s;
+        proxy_pool_session_get(x->f->pool, x->session, &s);
+        snprintf(r->session, sizeof(r->session), "%s", s.name);
+        r->session_rotates_at_ms = s.rotates_at_ms;
     }
     return r;
 }
 
 /* Failures after the status line whose body is cut short: never publish
  * that partial body.  Nor the proxy's own answer (407 page, CONNECT
- * refusal): it is not the origin's. */
+ * refusal): it is not the origin's.
+ * @locality fetch-engine thread */
 static bool category_partial(const char *category)
 {
     return category && (!strcmp(category, "too_large") ||
@@ -1367,21 +905,19 @@ static bool category_partial(const char *category)
                         !strcmp(category, "proxy_connect"));
 }
 
-/* Record the outcome of the current workflow step (this run). */
+/* Record the outcome of the current workflow step (this run).
+ * @locality fetch-engine thread */
 static void sres_record(struct xfer *x, long status, const char *category)
 {
     if (!x->workflow)
         return;
-    if (!x->sres) {
-        x->sres = calloc(x->n_steps, sizeof(*x->sres));
-        if (!x->sres)
-            abort();
-    }
+    if (!x->sres)
+        x->sres = dd_xcalloc(x->n_steps, sizeof(*x->sres), "workflow steps");
     if (x->n_sres >= x->n_steps)
         return;
     struct fetch_step_result *sr = &x->sres[x->n_sres++];
     sr->status = status;
-    sr->final_url = x->url ? strdup(x->url) : NULL;
+    sr->final_url = x->url ? dd_xstrdup(x->url, "workflow steps") : NULL;
     sr->bytes = x->rlen;
     if (status && (!category || !category_partial(category)) && x->rbody)
         key_sha256_hex(x->rbody, x->rlen, sr->body_sha256);
@@ -1391,13 +927,36 @@ static void sres_record(struct xfer *x, long status, const char *category)
     snprintf(sr->category, sizeof(sr->category), "%s", category ? category : "");
     if (x->session >= 0)
         snprintf(sr->session, sizeof(sr->session), "%s",
-                 x->f->sessions[x->session].name);
+                 proxy_pool_session_name(x->f->pool, x->session));
     if (x->n_alog)
         snprintf(sr->exit_addr, sizeof(sr->exit_addr), "%s",
                  x->alog[x->n_alog - 1].exit_addr);
     sr->ended_at_ms = dd_now_ms();
 }
 
+/* Hand \p r to the completion ring (fetch_take).
+ * @locality fetch-engine thread */
+static void done_push(struct fetch *f, struct fetch_result *r)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->done_n == f->done_cap) {
+        size_t cap = f->done_cap ? f->done_cap * 2 : 256;
+        struct fetch_result **d = dd_xmalloc(cap * sizeof(*d), "completion ring");
+        for (size_t i = 0; i < f->done_n; i++)
+            d[i] = f->done[(f->done_head + i) % f->done_cap];
+        free(f->done);
+        f->done = d;
+        f->done_head = 0;
+        f->done_cap = cap;
+    }
+    f->done[(f->done_head + f->done_n) % f->done_cap] = r;
+    f->done_n++;
+    pthread_cond_signal(&f->done_cond);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* The op is over: its result goes to the completion ring and \p x is freed.
+ * @locality fetch-engine thread */
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
@@ -1420,12 +979,12 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
     r->ok = ok;
     r->status = status;
     if (!ok) {
-        r->category = strdup(category);
-        r->error = strdup(error ? error : category);
+        r->category = dd_xstrdup(category, "fetch result");
+        r->error = dd_xstrdup(error ? error : category, "fetch result");
         atomic_fetch_add(&f->st_failed, 1);
     } else
         atomic_fetch_add(&f->st_completed, 1);
-    r->final_url = strdup(x->url);
+    r->final_url = dd_xstrdup(x->url, "fetch result");
     if (ok || (status && !category_partial(category))) {
         r->body = x->rbody;
         r->body_len = x->rlen;
@@ -1438,25 +997,10 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
         r->last_modified = x->last_modified, x->last_modified = NULL;
     }
     xfer_free(x);
-    pthread_mutex_lock(&f->lock);
-    if (f->done_n == f->done_cap) {
-        size_t cap = f->done_cap ? f->done_cap * 2 : 256;
-        struct fetch_result **d = malloc(cap * sizeof(*d));
-        if (!d)
-            abort();
-        for (size_t i = 0; i < f->done_n; i++)
-            d[i] = f->done[(f->done_head + i) % f->done_cap];
-        free(f->done);
-        f->done = d;
-        f->done_head = 0;
-        f->done_cap = cap;
-    }
-    f->done[(f->done_head + f->done_n) % f->done_cap] = r;
-    f->done_n++;
-    pthread_cond_signal(&f->done_cond);
-    pthread_mutex_unlock(&f->lock);
+    done_push(f, r);
 }
 
+/* @locality fetch-engine thread */
 static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
                           const char *category, const char *error,
                           bool retryable)
@@ -1479,7 +1023,8 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
 /* A session failure during a workflow (the attempt, if any, is closed): the
  * partial run is discarded and the workflow restarts from its first step on
  * another session when it may (wf_restartable, restarts left, deadline);
- * otherwise it fails with \p category. */
+ * otherwise it fails with \p category.
+ * @locality fetch-engine thread */
 static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
                                const char *category, const char *error)
 {
@@ -1499,7 +1044,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
             "the first step (on another session when one is free)",
             x->steps[0].url, category,
             x->step + 1, x->n_steps,
-            x->session >= 0 ? f->sessions[x->session].name : "-");
+            x->session >= 0 ? proxy_pool_session_name(f->pool, x->session) : "-");
     x->restarts++;
     atomic_fetch_add(&f->st_restarts, 1);
     metrics_add(METRICS_WORKFLOW_RESTARTS, 1);
@@ -1508,7 +1053,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     x->sres = NULL;
     x->n_sres = 0;
     jar_drop(x);
-    xfer_load_step(x, 0);
+    xfer_goto_step(x, 0);
     xfer_reset_response(x);
     x->rlen = 0;
     x->need_rotate = (int64_t)x->rotations < f->cfg->fetch_max_rotations;
@@ -1518,7 +1063,8 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
 }
 
 /* A step answered: the workflow goes on with its next step on the same
- * session, or the op is done. */
+ * session, or the op is done.
+ * @locality fetch-engine thread */
 static void step_ok(struct fetch *f, struct xfer *x, long status)
 {
     if (!x->workflow || x->step + 1 >= x->n_steps) {
@@ -1529,555 +1075,449 @@ static void step_ok(struct fetch *f, struct xfer *x, long status)
     sres_record(x, status, NULL);
     if (x->pin < 0 && x->session >= 0) {
         /* From here the workflow is bound to this session (and its exit). */
-        struct session *s = &f->sessions[x->session];
+        struct proxy_pool_session_info s;
+        proxy_pool_session_get(f->pool, x->session, &s);
         x->pin = x->session;
-        s->pinned++;
-        x->run_renewals = s->renewals;
-        x->run_epoch = s->epoch;
+        proxy_pool_pin(f->pool, x->session);
+        x->run_renewals = s.renewals;
+        x->run_epoch = s.epoch;
     }
-    xfer_load_step(x, x->step + 1);
+    xfer_goto_step(x, x->step + 1);
     xfer_reset_response(x);
     x->rlen = 0;
     x->not_before_ms = 0;
     waiting_push(f, x);
 }
 
-/* Can a session of another credential set than \p s serve \p x (country,
- * not suspended; cooling down is fine: it will come back)? */
-static bool other_credentials(struct fetch *f, struct xfer *x,
-                              const struct session *s, int64_t now)
+/* ---- outcome handlers: one per fetch_outcome_kind ------------------------------- */
+
+/* Report the attempt's end through x->session to the pool ("free peer").
+ * @locality fetch-engine thread */
+static void session_report(struct fetch *f, struct xfer *x,
+                           enum proxy_pool_verdict verdict, const char *detail,
+                           struct proxy_pool_effect *effect)
 {
-    for (size_t i = 0; i < f->n_sessions; i++) {
-        const struct session *t = &f->sessions[i];
-        if (t == s || (s->provider && t->provider == s->provider))
-            continue;
-        if (!session_serves(t, x))
-            continue;
-        if (!session_suspended(t, now))
-            return true;
-    }
-    return false;
+    struct proxy_pool_outcome o = {.verdict = verdict,
+                                   .retry_after = x->retry_after,
+                                   .detail = detail};
+    proxy_pool_report(f->pool, x->session, &o, dd_now_ms(), effect);
 }
 
-/* 407 or a SOCKS authentication rejection: retire the session, suspend its
- * credential set (a provider's sessions) for fetch.proxy_auth_cooldown_ms,
- * and move the op to a session of another credential set, else fail.  A
- * plain exit of proxy.exits has no credentials to suspend: it cools down
- * (fetch.cooldown_default_ms) like a blocked exit. */
-static void proxy_auth_failed(struct fetch *f, struct xfer *x, long status,
-                              const char *error)
+/* A final answer: the step (or the op) is done.
+ * @locality fetch-engine thread */
+static void on_answer(struct fetch *f, struct xfer *x, const struct fetch_outcome *o)
 {
-    struct session *s = &f->sessions[x->session];
-    int64_t now = dd_now_ms();
-    att_close(x, status, "proxy_auth", error);
-    s->errors++;
-    int64_t cd = f->cfg->fetch_proxy_auth_cooldown_ms;
-    if (!s->provider) {
-        if (now + f->cfg->fetch_cooldown_default_ms > s->cooldown_until_ms)
-            s->cooldown_until_ms = now + f->cfg->fetch_cooldown_default_ms;
-    } else if (cd > 0) {
-        int64_t until = now + cd;
-        bool newly = false;
-        for (size_t i = 0; i < f->n_sessions; i++) {
-            struct session *t = &f->sessions[i];
-            if (t->provider != s->provider)
-                continue;
-            if (t->suspended_until_ms <= now)
-                newly = true;
-            if (t->suspended_until_ms < until)
-                t->suspended_until_ms = until;
-        }
-        if (newly) {
-            atomic_fetch_add(&f->st_auth_suspensions, 1);
-            metrics_add(METRICS_PROXY_AUTH_SUSPENSIONS, 1);
-            log_msg(LOG_WARNING, "fetch",
-                    "proxy refused the credentials of provider %s (%s): not "
-                    "used for %lld ms", s->provider->name,
-                    error ? error : "407", (long long)cd);
-        }
-    }
-    /* Retire the session: a new session id (and tunnel) when it returns. */
-    int others_pinned = s->pinned - (x->pin == x->session ? 1 : 0);
-    if (s->provider && !s->provider->api_url[0] && s->active == 0 &&
-        others_pinned == 0)
-        session_renew(f, s, "proxy_auth");
-    x->fresh_connect = true;
-    if (wf_midway(x) && !wf_restartable(x)) {
-        finish(f, x, false, status, "proxy_auth", error);
+    session_report(f, x, PROXY_POOL_OK, NULL, NULL);
+    step_ok(f, x, o->status);
+}
+
+/* A redirect, followed by hand: capped, http(s) only, through the SSRF
+ * guard; a hop is part of the same attempt and passes the per-host limits
+ * of its target like any request.
+ * @locality fetch-engine thread */
+static void on_redirect(struct fetch *f, struct xfer *x, const struct fetch_outcome *o)
+{
+    long status = o->status;
+    char *loc = NULL;
+    session_report(f, x, PROXY_POOL_OK, NULL, NULL);
+    curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &loc);
+    if ((int64_t)x->redirects >= f->cfg->fetch_max_redirects) {
+        finish(f, x, false, status, "redirect_loop", "too many redirects");
         return;
     }
+    if (strncasecmp(loc, "http://", 7) && strncasecmp(loc, "https://", 8)) {
+        finish(f, x, false, status, "forbidden_target",
+               "redirect to a scheme other than http or https");
+        return;
+    }
+    if (url_target_refused(f, loc)) {
+        finish(f, x, false, status, "forbidden_target",
+               "redirect to a loopback, link-local or private "
+               "address not in fetch.allow_targets");
+        return;
+    }
+    x->redirects++;
+    xfer_set_url(x, dd_xstrdup(loc, "redirect url"));
+    if (status == 303 || ((status == 301 || status == 302) &&
+                          strcmp(x->method, "GET") && strcmp(x->method, "HEAD"))) {
+        free(x->method);
+        x->method = dd_xstrdup("GET", "redirect method");
+        x->body = NULL;
+        x->body_len = 0;
+    }
+    x->attempts--;
+    x->step_attempts--;
+    x->not_before_ms = 0;
+    waiting_push(f, x);
+}
+
+/* 4xx: the origin's final word.
+ * @locality fetch-engine thread */
+static void on_client_error(struct fetch *f, struct xfer *x,
+                            const struct fetch_outcome *o)
+{
+    session_report(f, x, PROXY_POOL_OK, NULL, NULL);
+    finish(f, x, false, o->status, o->category, o->error);
+}
+
+/* 5xx: retried when safe; mid-way through a workflow, retried on the same
+ * session (fetch.workflow_step_retries), then a restart.
+ * @locality fetch-engine thread */
+static void on_server_error(struct fetch *f, struct xfer *x,
+                            const struct fetch_outcome *o)
+{
+    session_report(f, x, PROXY_POOL_FAILED, NULL, NULL);
+    if (wf_midway(x)) {
+        if (x->safe && (int64_t)x->step_5xx < f->cfg->fetch_workflow_step_retries) {
+            x->step_5xx++;
+            fail_or_retry(f, x, o->status, o->category, o->error, true);
+        } else {
+            att_close(x, o->status, o->category, o->error);
+            wf_restart_or_fail(f, x, o->status, o->category, o->error);
+        }
+        return;
+    }
+    fail_or_retry(f, x, o->status, o->category, o->error, x->safe);
+}
+
+/* A blocked status (429...): the session cools down for Retry-After and the
+ * op moves to a new exit (its session's, through the provider API, or
+ * another session) and retries; a blocked answer is never final.
+ * @locality fetch-engine thread */
+static void on_blocked(struct fetch *f, struct xfer *x, const struct fetch_outcome *o)
+{
+    struct proxy_pool_effect e;
+    session_report(f, x, PROXY_POOL_THROTTLED, NULL, &e);
+    x->throttled++;
+    atomic_fetch_add(&f->st_throttled, 1);
+    log_msg(LOG_INFO, "fetch",
+            "HTTP %ld from %s through %s: session cools down %lld ms",
+            o->status, x->orig_url, proxy_pool_session_name(f->pool, x->session),
+            (long long)e.cooldown_ms);
+    if (wf_midway(x)) {
+        if (wf_restartable(x)) {
+            att_close(x, o->status, o->category, o->error);
+            wf_restart_or_fail(f, x, o->status, o->category, o->error);
+        } else {
+            /* Bound to this exit: wait out its Retry-After and send the
+             * step again (a blocked request was not acted on). */
+            fail_or_retry(f, x, o->status, o->category, o->error, true);
+        }
+        return;
+    }
+    if ((int64_t)x->rotations < f->cfg->fetch_max_rotations) {
+        /* The provider moves this session to another exit: the op keeps
+         * its session (and the old exit's cooldown no longer applies); a
+         * fresh tunnel follows.  Else another session, if one is free. */
+        if (proxy_pool_renew(f->pool, x->session, "blocked status"))
+            rotation_count(f, x, true);
+        else if (proxy_pool_size(f->pool) > 1)
+            rotate_away(f, x, true);
+    }
+    /* Backoff is short: the cooldown keeps the old exit out, and the op
+     * waits for Retry-After only if no other session is free. */
+    fail_or_retry(f, x, o->status, o->category, o->error, true);
+}
+
+/* 407 or a SOCKS authentication rejection: the pool suspends the session's
+ * credential set and retires the session; the op moves to a session of
+ * another credential set, else fails.  Nothing reached the origin.
+ * @locality fetch-engine thread */
+static void on_proxy_auth(struct fetch *f, struct xfer *x,
+                          const struct fetch_outcome *o)
+{
+    int64_t now = dd_now_ms();
+    long status = o->status;
+    att_close(x, status, "proxy_auth", o->error);
+    /* Every path below ends the op's binding to the session (finish or a
+     * restart), so it does not keep the session from its retirement. */
+    unpin(f, x);
+    struct proxy_pool_outcome po = {.verdict = PROXY_POOL_AUTH_FAILED,
+                                    .detail = o->error};
+    struct proxy_pool_effect e;
+    proxy_pool_report(f->pool, x->session, &po, now, &e);
+    if (e.suspended) {
+        atomic_fetch_add(&f->st_auth_suspensions, 1);
+        metrics_add(METRICS_PROXY_AUTH_SUSPENSIONS, 1);
+    }
+    x->fresh_connect = true;
+    if (wf_midway(x) && !wf_restartable(x)) {
+        finish(f, x, false, status, "proxy_auth", o->error);
+        return;
+    }
+    struct proxy_pool_want w = xfer_want(x, false);
     if ((int64_t)x->rotations >= f->cfg->fetch_max_rotations ||
-        !other_credentials(f, x, s, now)) {
-        char msg[320];
+        !proxy_pool_other_credentials(f->pool, x->session, &w, now)) {
+        char msg[FETCH_OUTCOME_ERROR_SIZE + 64];
         snprintf(msg, sizeof(msg), "%s; no session of another credential set "
-                 "is available", error ? error : "the proxy refused the credentials");
+                 "is available", o->error);
         finish(f, x, false, status, "proxy_auth", msg);
         return;
     }
     if (wf_midway(x)) {
-        wf_restart_or_fail(f, x, status, "proxy_auth", error);
+        wf_restart_or_fail(f, x, status, "proxy_auth", o->error);
         return;
     }
-    /* Nothing reached the origin: retried whatever the method. */
     x->need_rotate = true;
     if (!schedule_retry(f, x, 0))
-        finish(f, x, false, status, "proxy_auth", error);
+        finish(f, x, false, status, "proxy_auth", o->error);
 }
 
-/* Classify a finished attempt (see DESIGN.md section 5 categories). */
-static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
+/* The HTTP proxy refused CONNECT: retried whatever the method (nothing was
+ * sent); a restartable workflow mid-way leaves the proxy (it cools down).
+ * @locality fetch-engine thread */
+static void on_connect_refused(struct fetch *f, struct xfer *x,
+                               const struct fetch_outcome *o)
 {
-    struct session *s = &f->sessions[x->session];
-    s->active--;
-    f->running--;
-    host_release(x);
-    if (x->run_prev)
-        x->run_prev->run_next = x->run_next;
-    else
-        f->run_head = x->run_next;
-    if (x->run_next)
-        x->run_next->run_prev = x->run_prev;
-    x->run_prev = x->run_next = NULL;
-    curl_multi_remove_handle(f->multi, x->easy);
-    long status = 0, connect_code = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_getinfo(x->easy, CURLINFO_HTTP_CONNECTCODE, &connect_code);
-    curl_off_t dl = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &dl);
-    atomic_fetch_add(&f->st_bytes, (uint64_t)dl);
-    bool proxied = s->proxy != NULL;
+    bool leave = wf_midway(x) && wf_restartable(x);
+    session_report(f, x, leave ? PROXY_POOL_PROXY_DOWN : PROXY_POOL_FAILED,
+                   NULL, NULL);
+    if (leave) {
+        att_close(x, o->status, o->category, o->error);
+        wf_restart_or_fail(f, x, o->status, o->category, o->error);
+        return;
+    }
+    fail_or_retry(f, x, o->status, o->category, o->error, true);
+}
+
+/* No usable answer.  Retried per o->retry (terminal: never; before sending:
+ * always; else when safe).  An unusable proxy cools down and the op moves
+ * elsewhere; a workflow mid-way restarts when it may.
+ * @locality fetch-engine thread */
+static void on_transport(struct fetch *f, struct xfer *x,
+                         const struct fetch_outcome *o)
+{
     bool midway = wf_midway(x);
-    if (res == CURLE_OK && status < 500 && !is_blocked(f, status) && status != 407)
-        s->errors_in_row = 0;
-    else
-        s->errors_in_row++;
-    char err[CURL_ERROR_SIZE + 64];
-    snprintf(err, sizeof(err), "%s", x->errbuf[0] ? x->errbuf : curl_easy_strerror(res));
-
-    if (res == CURLE_OK) {
-        if (is_blocked(f, status)) {
-            x->throttled++;
-            atomic_fetch_add(&f->st_throttled, 1);
-            int64_t now = dd_now_ms(), delay;
-            if (!retry_after_parse(x->retry_after, now,
-                                   f->cfg->fetch_retry_after_max_ms, &delay))
-                delay = f->cfg->fetch_cooldown_default_ms;
-            if (now + delay > s->cooldown_until_ms)
-                s->cooldown_until_ms = now + delay;
-            s->errors++;
-            log_msg(LOG_INFO, "fetch",
-                    "HTTP %ld from %s through %s: session cools down %lld ms",
-                    status, x->orig_url, s->name, (long long)delay);
-            char msg[96];
-            snprintf(msg, sizeof(msg), "HTTP %ld (blocked) on every attempt", status);
-            const char *cat = status == 429 ? "throttled" : "blocked";
-            if (midway) {
-                if (wf_restartable(x)) {
-                    att_close(x, status, cat, msg);
-                    wf_restart_or_fail(f, x, status, cat, msg);
-                } else {
-                    /* Bound to this exit: wait out its Retry-After and send
-                     * the step again (a blocked request was not acted on). */
-                    fail_or_retry(f, x, status, cat, msg, true);
-                }
-                return;
-            }
-            if (s->provider && s->provider->api_url[0] && s->active == 0 &&
-                s->pinned == 0 &&
-                (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
-                /* The provider moves this session to another exit: the op
-                 * keeps its session (and the old exit's cooldown no longer
-                 * applies); a fresh tunnel follows. */
-                session_renew(f, s, "blocked status");
-                s->cooldown_until_ms = 0;
-                x->rotations++;
-                x->fresh_connect = true;
-                atomic_fetch_add(&f->st_rotations, 1);
-                metrics_add(METRICS_ROTATIONS, 1);
-            } else if (f->n_sessions > 1 &&
-                (int64_t)x->rotations < f->cfg->fetch_max_rotations) {
-                int64_t wait_until = 0;
-                int next = session_pick(f, x, true, now, &wait_until);
-                if (next >= 0 && next != x->session) {
-                    x->session = next;
-                    x->rotations++;
-                    x->fresh_connect = true;
-                    atomic_fetch_add(&f->st_rotations, 1);
-                    metrics_add(METRICS_ROTATIONS, 1);
-                }
-            }
-            /* Backoff is short: the cooldown keeps the old exit out, and the
-             * op waits for Retry-After only if no other session is free. */
-            fail_or_retry(f, x, status, cat, msg, true);
-            return;
-        }
-        if (status == 407) {
-            proxy_auth_failed(f, x, status, "the proxy refused the credentials (407)");
-            return;
-        }
-        if (status >= 300 && status < 400 && status != 304) {
-            char *loc = NULL;
-            curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &loc);
-            if (loc) {
-                if ((int64_t)x->redirects >= f->cfg->fetch_max_redirects) {
-                    finish(f, x, false, status, "redirect_loop",
-                           "too many redirects");
-                    return;
-                }
-                if (strncasecmp(loc, "http://", 7) && strncasecmp(loc, "https://", 8)) {
-                    finish(f, x, false, status, "forbidden_target",
-                           "redirect to a scheme other than http or https");
-                    return;
-                }
-                if (url_target_refused(f, loc)) {
-                    finish(f, x, false, status, "forbidden_target",
-                           "redirect to a loopback, link-local or private "
-                           "address not in fetch.allow_targets");
-                    return;
-                }
-                x->redirects++;
-                xfer_set_url(x, strdup(loc));
-                if (status == 303 || ((status == 301 || status == 302) &&
-                                      strcmp(x->method, "GET") && strcmp(x->method, "HEAD"))) {
-                    free(x->method);
-                    x->method = strdup("GET");
-                    x->body = NULL;
-                    x->body_len = 0;
-                }
-                /* A redirect hop is part of the same attempt; it passes the
-                 * per-host limits of its target like any request. */
-                x->attempts--;
-                x->step_attempts--;
-                x->not_before_ms = 0;
-                waiting_push(f, x);
-                return;
-            }
-        }
-        if (status >= 500) {
-            s->errors++;
-            char msg[64];
-            snprintf(msg, sizeof(msg), "HTTP %ld from the origin", status);
-            if (midway) {
-                if (x->safe && (int64_t)x->step_5xx < f->cfg->fetch_workflow_step_retries) {
-                    x->step_5xx++;
-                    fail_or_retry(f, x, status, "server_error", msg, true);
-                } else {
-                    att_close(x, status, "server_error", msg);
-                    wf_restart_or_fail(f, x, status, "server_error", msg);
-                }
-                return;
-            }
-            fail_or_retry(f, x, status, "server_error", msg, x->safe);
-            return;
-        }
-        if (status >= 400) {
-            char msg[64];
-            snprintf(msg, sizeof(msg), "HTTP %ld from the origin", status);
-            finish(f, x, false, status, "client_error", msg);
-            return;
-        }
-        step_ok(f, x, status);
-        return;
-    }
-
-    s->errors++;
-    const char *cat = "connect";
-    bool retry = x->safe, before_send = false, terminal = false;
-    if (x->headers_too_large) {
-        snprintf(err, sizeof(err), "response header block above %d bytes",
-                 FETCH_MAX_HEADER_BYTES);
-        fail_or_retry(f, x, status, "protocol", err, false);
-        return;
-    }
-    if (proxied && connect_code == 407) {
-        /* 407 to CONNECT (https through an HTTP proxy). */
-        proxy_auth_failed(f, x, 407,
-                          "the proxy refused the credentials (407 to CONNECT)");
-        return;
-    }
-    if (proxied && connect_code >= 300) {
-        snprintf(err, sizeof(err), "the proxy answered %ld to CONNECT", connect_code);
-        if (midway) {
-            att_close(x, connect_code, "proxy_connect", err);
-            if (wf_restartable(x)) {
-                s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
-                wf_restart_or_fail(f, x, connect_code, "proxy_connect", err);
-            } else
-                fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
-            return;
-        }
-        fail_or_retry(f, x, connect_code, "proxy_connect", err, true);
-        return;
-    }
-    if (res == CURLE_PROXY) {
-        long pxerr = 0;
-        curl_easy_getinfo(x->easy, CURLINFO_PROXY_ERROR, &pxerr);
-        if (pxerr == CURLPX_NO_AUTH || pxerr == CURLPX_USER_REJECTED ||
-            pxerr == CURLPX_LONG_USER || pxerr == CURLPX_LONG_PASSWD ||
-            pxerr == CURLPX_IDENTD_DIFFER) {
-            proxy_auth_failed(f, x, 0, err);
-            return;
-        }
-    }
-    switch (res) {
-    case CURLE_WRITE_ERROR:
-        if (x->too_large) {
-            cat = "too_large", terminal = true;
-            snprintf(err, sizeof(err), "response body above fetch.max_body_bytes");
-        } else
-            cat = "protocol";
-        break;
-    case CURLE_COULDNT_RESOLVE_PROXY:
-        cat = "proxy_connect", before_send = true;
-        break;
-    case CURLE_COULDNT_RESOLVE_HOST:
-        cat = "dns", before_send = true;
-        break;
-    case CURLE_COULDNT_CONNECT:
-        if (x->refused_target) {
-            cat = "forbidden_target", terminal = true;
-            snprintf(err, sizeof(err), "target address is loopback, link-local "
-                     "or private and not in fetch.allow_targets");
-        } else
-            cat = proxied ? "proxy_connect" : "connect", before_send = true;
-        break;
-    case CURLE_OPERATION_TIMEDOUT:
-        cat = "timeout";
-        break;
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-        cat = "tls", terminal = true;
-        break;
-    case CURLE_SSL_CONNECT_ERROR:
-        cat = "tls";
-        break;
-    case CURLE_TOO_MANY_REDIRECTS:
-        cat = "redirect_loop", terminal = true;
-        break;
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_BAD_CONTENT_ENCODING:
-    case CURLE_OUT_OF_MEMORY: /* 7.88: a header line above its 100 KB limit */
-        cat = "protocol", terminal = true;
-        break;
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_PARTIAL_FILE:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        cat = "connect";
-        break;
-    default:
-        if (connect_code == 407) {
-            proxy_auth_failed(f, x, 407, "the proxy refused the credentials (407)");
-            return;
-        } else if (proxied && (res == CURLE_PROXY || connect_code >= 400)) {
-            cat = "proxy_connect", before_send = true;
-        } else
-            cat = "protocol", terminal = true;
-        break;
-    }
-    if (terminal)
-        retry = false;
-    else if (before_send)
-        retry = true;
+    bool terminal = o->retry == FETCH_OUTCOME_RETRY_NEVER;
+    bool retry = terminal ? false
+                          : o->retry == FETCH_OUTCOME_RETRY_ANY ? true : x->safe;
+    bool proxy_down = !strcmp(o->category, "proxy_connect") &&
+                      (midway ? wf_restartable(x) : proxy_pool_size(f->pool) > 1);
+    session_report(f, x, proxy_down ? PROXY_POOL_PROXY_DOWN : PROXY_POOL_FAILED,
+                   NULL, NULL);
     if (midway && !terminal) {
         /* The bound session failed under the workflow. */
         if (wf_restartable(x)) {
-            att_close(x, status, cat, err);
-            if (!strcmp(cat, "proxy_connect"))
-                s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
-            wf_restart_or_fail(f, x, status, cat, err);
+            att_close(x, o->status, o->category, o->error);
+            wf_restart_or_fail(f, x, o->status, o->category, o->error);
             return;
         }
-        fail_or_retry(f, x, status, cat, err, retry);
+        fail_or_retry(f, x, o->status, o->category, o->error, retry);
         return;
     }
-    if (!strcmp(cat, "proxy_connect") && f->n_sessions > 1) {
-        /* The exit is unusable: move the op elsewhere. */
-        int64_t wait_until = 0;
-        s->cooldown_until_ms = dd_now_ms() + f->cfg->fetch_cooldown_default_ms;
-        int next = session_pick(f, x, true, dd_now_ms(), &wait_until);
-        if (next >= 0 && next != x->session) {
-            x->session = next;
-            x->rotations++;
-            atomic_fetch_add(&f->st_rotations, 1);
-            metrics_add(METRICS_ROTATIONS, 1);
-        }
-    }
-    fail_or_retry(f, x, status, cat, err, retry);
+    if (proxy_down)
+        rotate_away(f, x, false); /* the exit is unusable: move elsewhere */
+    fail_or_retry(f, x, o->status, o->category, o->error, retry);
 }
 
-/* Launch what may start now.  Per waiting op: its timer; the per-host limits
- * of its current target (concurrency cap, then token bucket); a session (its
- * bound one mid-way through a workflow, another after a session failure, else
- * session_pick); then the attempt. */
+typedef void outcome_handler(struct fetch *f, struct xfer *x,
+                             const struct fetch_outcome *o);
+
+static outcome_handler *const outcome_handlers[FETCH_OUTCOME_KINDS] = {
+    [FETCH_OUTCOME_ANSWER] = on_answer,
+    [FETCH_OUTCOME_REDIRECT] = on_redirect,
+    [FETCH_OUTCOME_CLIENT_ERROR] = on_client_error,
+    [FETCH_OUTCOME_SERVER_ERROR] = on_server_error,
+    [FETCH_OUTCOME_BLOCKED] = on_blocked,
+    [FETCH_OUTCOME_PROXY_AUTH] = on_proxy_auth,
+    [FETCH_OUTCOME_CONNECT_REFUSED] = on_connect_refused,
+    [FETCH_OUTCOME_TRANSPORT] = on_transport,
+};
+
+/* The facts of \p x's finished transfer (fetch_outcome.h).
+ * @locality fetch-engine thread */
+static void facts_read(struct fetch *f, struct xfer *x, CURLcode res,
+                       struct fetch_facts *fa)
+{
+    memset(fa, 0, sizeof(*fa));
+    fa->result = res;
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &fa->status);
+    curl_easy_getinfo(x->easy, CURLINFO_HTTP_CONNECTCODE, &fa->connect_code);
+    if (res == CURLE_PROXY)
+        curl_easy_getinfo(x->easy, CURLINFO_PROXY_ERROR, &fa->proxy_error);
+    char *loc = NULL;
+    curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &loc);
+    fa->has_location = loc != NULL;
+    fa->proxied = x->proxied;
+    fa->too_large = x->too_large;
+    fa->refused_target = x->refused_target;
+    fa->headers_too_large = x->headers_too_large;
+    fa->curl_error = x->errbuf;
+    fa->blocked = f->blocked;
+    fa->n_blocked = f->n_blocked;
+}
+
+/* A transfer finished: classify it (pure), then run its kind's handler.
+ * @locality fetch-engine thread */
+static void on_done(struct fetch *f, struct xfer *x, CURLcode res)
+{
+    running_remove(f, x);
+    curl_off_t dl = 0;
+    curl_easy_getinfo(x->easy, CURLINFO_SIZE_DOWNLOAD_T, &dl);
+    atomic_fetch_add(&f->st_bytes, (uint64_t)dl);
+    struct fetch_facts facts;
+    facts_read(f, x, res, &facts);
+    struct fetch_outcome o;
+    fetch_outcome_classify(&facts, &o);
+    outcome_handlers[o.kind](f, x, &o);
+}
+
+/* ---- launcher ------------------------------------------------------------------ */
+
+/* What the launcher did with a waiting op. */
+enum launch {
+    LAUNCH_WAIT,   /* it stays where it is in the waiting list */
+    LAUNCH_GONE,   /* started, finished, or queued again (at the tail) */
+    LAUNCH_GO,     /* (session choice) start it */
+};
+
+/* A workflow mid-way keeps its session: no rotation mid-way.  It restarts
+ * (or fails) when the session's exit changed under it, its credential set
+ * is suspended or it cools down; else it waits for the cooldown.
+ * @locality fetch-engine thread */
+static enum launch bound_session(struct fetch *f, struct xfer *x, int64_t now)
+{
+    struct proxy_pool_session_info b;
+    proxy_pool_refresh(f->pool, x->session, now);
+    proxy_pool_session_get(f->pool, x->session, &b);
+    if (b.renewals != x->run_renewals || b.epoch != x->run_epoch) {
+        if (wf_restartable(x)) {
+            wf_restart_or_fail(f, x, 0, "connect",
+                               "the session's exit changed mid-way (rotation)");
+            return LAUNCH_GONE;
+        }
+        log_msg(LOG_NOTICE, "fetch",
+                "workflow %s: session %s changed exit mid-way; the "
+                "workflow is not replayable and goes on", x->steps[0].url,
+                b.name);
+        x->run_renewals = b.renewals;
+        x->run_epoch = b.epoch;
+    }
+    if (b.suspended_until_ms > now) {
+        if (wf_restartable(x))
+            wf_restart_or_fail(f, x, 0, "proxy_auth",
+                               "the session's credential set is suspended");
+        else
+            finish(f, x, false, 0, "proxy_auth",
+                   "the session's credential set is suspended");
+        return LAUNCH_GONE;
+    }
+    if (b.cooldown_until_ms > now && wf_restartable(x)) {
+        /* Its exit is blocked (another op met a blocked status there):
+         * start again elsewhere rather than wait. */
+        wf_restart_or_fail(f, x, 429, "throttled",
+                           "the workflow's session is cooling down "
+                           "after a blocked status");
+        return LAUNCH_GONE;
+    }
+    if (b.cooldown_until_ms > now) {
+        if (b.cooldown_until_ms >= x->deadline_ms) {
+            finish(f, x, false, 429, "throttled",
+                   "the workflow's session was cooling down until the "
+                   "deadline");
+            return LAUNCH_GONE;
+        }
+        x->not_before_ms = b.cooldown_until_ms;
+        return LAUNCH_WAIT;
+    }
+    return LAUNCH_GO;
+}
+
+/* Ask the pool for a session for \p x (*s); an op no session can serve
+ * fails, one whose candidates all cool down waits (this is where
+ * Retry-After is waited out), unless its deadline comes first.
+ * @locality fetch-engine thread */
+static enum launch picked_session(struct fetch *f, struct xfer *x, int64_t now,
+                                  int *s)
+{
+    struct proxy_pool_want w = xfer_want(x, x->need_rotate);
+    int64_t wait_until = 0;
+    char msg[160];
+    switch (proxy_pool_pick(f->pool, &w, now, s, &wait_until)) {
+    case PROXY_POOL_PICKED:
+        return LAUNCH_GO;
+    case PROXY_POOL_UNSERVED:
+        snprintf(msg, sizeof(msg),
+                 "no proxy session serves this job (country %s, rotation "
+                 "%s): no provider of proxy.providers offers it",
+                 x->country[0] ? x->country : "any",
+                 x->rotation[0] ? x->rotation : "any");
+        finish(f, x, false, 0, "proxy_connect", msg);
+        return LAUNCH_GONE;
+    case PROXY_POOL_SUSPENDED:
+        finish(f, x, false, 0, "proxy_auth",
+               "every session that could serve this op belongs to a "
+               "credential set suspended after proxy authentication failures");
+        return LAUNCH_GONE;
+    case PROXY_POOL_WAIT:
+    default:
+        if (wait_until >= x->deadline_ms) {
+            finish(f, x, false, 429, "throttled",
+                   "every session was cooling down until the deadline");
+            return LAUNCH_GONE;
+        }
+        x->not_before_ms = wait_until;
+        return LAUNCH_WAIT;
+    }
+}
+
+/* One waiting op whose timer is due (taken out of the waiting list): its
+ * deadline; the per-host limits of its current target (concurrency cap,
+ * then token bucket); a session (its bound one mid-way through a workflow,
+ * another after a session failure, else the pool's pick); then the attempt.
+ * @locality fetch-engine thread */
+static enum launch launch_one(struct fetch *f, struct xfer *x, int64_t now)
+{
+    if (now >= x->deadline_ms && (x->attempts > 0 || x->gate_waited)) {
+        finish(f, x, false, 0, "timeout",
+               x->gate_waited && x->wait_slot
+                   ? "deadline passed while waiting for the per-host limits"
+                   : "deadline passed before a retry");
+        return LAUNCH_GONE;
+    }
+    struct fetch_host *hs;
+    if (!host_gate(f, x, now, &hs))
+        return LAUNCH_WAIT;
+    int s = x->session;
+    enum launch l = wf_midway(x) && !x->need_rotate
+                        ? bound_session(f, x, now)
+                        : picked_session(f, x, now, &s);
+    if (l != LAUNCH_GO)
+        return l;
+    if (x->session >= 0 && s != x->session)
+        rotation_count(f, x, true);
+    x->need_rotate = false;
+    x->session = s;
+    fetch_hosts_take(f->hosts, hs, now);
+    x->hs = hs;
+    x->gate_waited = false;
+    start_attempt(f, x, now); /* may finish (and free) x */
+    return LAUNCH_GONE;
+}
+
+/* Launch what may start now, in waiting-list order.
+ * @locality fetch-engine thread */
 static void launch_ready(struct fetch *f)
 {
-    const struct cfg *c = f->cfg;
     int64_t now = dd_now_ms();
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
-#define UNLINK()                                                               \
-    do {                                                                       \
-        *pp = x->next;                                                         \
-        if (f->waiting_tailp == &x->next)                                      \
-            f->waiting_tailp = pp;                                             \
-        x->next = NULL;                                                        \
-    } while (0)
         if (!x->wait_slot && x->not_before_ms > now) {
             pp = &x->next;
             continue;
         }
-        if (now >= x->deadline_ms && (x->attempts > 0 || x->gate_waited)) {
-            UNLINK();
-            finish(f, x, false, 0, "timeout",
-                   x->gate_waited && x->wait_slot
-                       ? "deadline passed while waiting for the per-host limits"
-                       : "deadline passed before a retry");
-            continue;
-        }
-        /* Per-host limits: check the cap first, take a token last. */
-        struct host_slot *hs = NULL;
-        if (c->fetch_per_host_max_inflight > 0 || c->fetch_per_host_rate_per_min > 0) {
-            hs = host_get(f, x->host);
-            hs->last_ms = now;
-            if (c->fetch_per_host_max_inflight > 0 &&
-                hs->inflight >= c->fetch_per_host_max_inflight) {
-                if (!x->gate_waited)
-                    host_wait_count(f);
-                x->wait_slot = x->gate_waited = true;
-                pp = &x->next;
-                continue;
-            }
-            x->wait_slot = false;
-            if (c->fetch_per_host_rate_per_min > 0) {
-                struct fetch_bucket probe = hs->bucket;
-                int64_t w = fetch_bucket_take(&probe, now, c->fetch_per_host_rate_per_min,
-                                              c->fetch_per_host_burst);
-                if (w > 0) {
-                    if (!x->gate_waited)
-                        host_wait_count(f);
-                    x->gate_waited = true;
-                    x->not_before_ms = now + w;
-                    pp = &x->next;
-                    continue;
-                }
-            }
-        }
-        int64_t wait_until = 0;
-        int s;
-        if (wf_midway(x) && !x->need_rotate) {
-            /* Bound to its session: no rotation mid-way. */
-            struct session *b = &f->sessions[x->session];
-            session_timed_update(b, now);
-            if (b->renewals != x->run_renewals || b->epoch != x->run_epoch) {
-                if (wf_restartable(x)) {
-                    UNLINK();
-                    wf_restart_or_fail(f, x, 0, "connect",
-                                       "the session's exit changed mid-way "
-                                       "(rotation)");
-                    continue;
-                }
-                log_msg(LOG_NOTICE, "fetch",
-                        "workflow %s: session %s changed exit mid-way; the "
-                        "workflow is not replayable and goes on", x->steps[0].url,
-                        b->name);
-                x->run_renewals = b->renewals;
-                x->run_epoch = b->epoch;
-            }
-            if (session_suspended(b, now)) {
-                UNLINK();
-                if (wf_restartable(x))
-                    wf_restart_or_fail(f, x, 0, "proxy_auth",
-                                       "the session's credential set is suspended");
-                else
-                    finish(f, x, false, 0, "proxy_auth",
-                           "the session's credential set is suspended");
-                continue;
-            }
-            if (b->cooldown_until_ms > now && wf_restartable(x)) {
-                /* Its exit is blocked (another op met a blocked status
-                 * there): start again elsewhere rather than wait. */
-                UNLINK();
-                wf_restart_or_fail(f, x, 429, "throttled",
-                                   "the workflow's session is cooling down "
-                                   "after a blocked status");
-                continue;
-            }
-            if (b->cooldown_until_ms > now) {
-                if (b->cooldown_until_ms >= x->deadline_ms) {
-                    UNLINK();
-                    finish(f, x, false, 429, "throttled",
-                           "the workflow's session was cooling down until the "
-                           "deadline");
-                    continue;
-                }
-                x->not_before_ms = b->cooldown_until_ms;
-                pp = &x->next;
-                continue;
-            }
-            s = x->session;
-        } else {
-            s = session_pick(f, x, x->need_rotate, now, &wait_until);
-        }
-        if (s == -3) {
-            char msg[160];
-            snprintf(msg, sizeof(msg),
-                     "no proxy session serves this job (country %s, rotation "
-                     "%s): no provider of proxy.providers offers it",
-                     x->country[0] ? x->country : "any",
-                     x->rotation[0] ? x->rotation : "any");
-            UNLINK();
-            finish(f, x, false, 0, "proxy_connect", msg);
-            continue;
-        }
-        if (s == -2) {
-            UNLINK();
-            finish(f, x, false, 0, "proxy_auth",
-                   "every session that could serve this op belongs to a "
-                   "credential set suspended after proxy authentication failures");
-            continue;
-        }
-        if (s < 0) {
-            /* Every session cools down: wait for the first to come back
-             * (this is where Retry-After is waited out). */
-            if (wait_until >= x->deadline_ms) {
-                UNLINK();
-                finish(f, x, false, 429, "throttled",
-                       "every session was cooling down until the deadline");
-                continue;
-            }
-            x->not_before_ms = wait_until;
+        waiting_unlink(f, pp);
+        if (launch_one(f, x, now) == LAUNCH_WAIT) {
+            waiting_relink(f, pp, x);
             pp = &x->next;
-            continue;
         }
-        if (x->session >= 0 && s != x->session) {
-            x->rotations++;
-            x->fresh_connect = true;
-            atomic_fetch_add(&f->st_rotations, 1);
-            metrics_add(METRICS_ROTATIONS, 1);
-        }
-        x->need_rotate = false;
-        x->session = s;
-        if (hs) {
-            if (c->fetch_per_host_rate_per_min > 0)
-                (void)fetch_bucket_take(&hs->bucket, now, c->fetch_per_host_rate_per_min,
-                                        c->fetch_per_host_burst);
-            hs->inflight++;
-            x->hs = hs;
-        }
-        x->gate_waited = false;
-        UNLINK();
-        start_attempt(f, x, now); /* may finish (and free) x */
-#undef UNLINK
     }
 }
 
+/* ---- the loop ------------------------------------------------------------------ */
+
+/* @locality fetch-engine thread */
 static int64_t next_timer(struct fetch *f)
 {
     int64_t t = INT64_MAX;
@@ -2091,6 +1531,29 @@ static int64_t next_timer(struct fetch *f)
     return t;
 }
 
+/* Shutdown: cancel whatever still runs or waits.
+ * @locality fetch-engine thread */
+static void cancel_all(struct fetch *f)
+{
+    static const struct proxy_pool_outcome abandoned = {
+        .verdict = PROXY_POOL_ABANDONED};
+    while (f->run_head) {
+        struct xfer *x = f->run_head;
+        f->run_head = x->run_next;
+        curl_multi_remove_handle(f->multi, x->easy);
+        proxy_pool_report(f->pool, x->session, &abandoned, dd_now_ms(), NULL);
+        host_release(x);
+        finish(f, x, false, 0, "canceled", "canceled at shutdown");
+    }
+    while (f->waiting) {
+        struct xfer *x = f->waiting;
+        f->waiting = x->next;
+        finish(f, x, false, 0, "canceled", "canceled at shutdown");
+    }
+    f->waiting_tailp = &f->waiting;
+}
+
+/* @locality fetch-engine thread (its start routine) */
 static void *fetch_main(void *arg)
 {
     struct fetch *f = arg;
@@ -2119,30 +1582,37 @@ static void *fetch_main(void *arg)
         }
         launch_ready(f);
         int64_t now = dd_now_ms();
-        hosts_sweep(f, now);
+        fetch_hosts_sweep(f->hosts, now);
         int64_t t = next_timer(f);
         int timeout = 1000;
         if (t != INT64_MAX)
             timeout = t <= now ? 0 : (int)(t - now < 1000 ? t - now : 1000);
         curl_multi_poll(f->multi, NULL, 0, timeout, NULL);
     }
-    /* Shutdown: cancel whatever still runs or waits. */
-    while (f->run_head) {
-        struct xfer *x = f->run_head;
-        f->run_head = x->run_next;
-        curl_multi_remove_handle(f->multi, x->easy);
-        f->sessions[x->session].active--;
-        host_release(x);
-        finish(f, x, false, 0, "canceled", "canceled at shutdown");
-    }
-    while (f->waiting) {
-        struct xfer *x = f->waiting;
-        f->waiting = x->next;
-        finish(f, x, false, 0, "canceled", "canceled at shutdown");
-    }
-    f->waiting_tailp = &f->waiting;
+    cancel_all(f);
     return NULL;
 }
+
+/* ---- public API ---------------------------------------------------------------- */
+
+/* The pool's view of the configuration.
+ * @locality the caller of fetch_new */
+static void pool_conf_from(const struct cfg *cfg, struct proxy_pool_conf *pc)
+{
+    memset(pc, 0, sizeof(*pc));
+    pc->exits = cfg->proxy_exits.v;
+    pc->n_exits = cfg->proxy_exits.n;
+    pc->providers = cfg->proxy_providers.v;
+    pc->n_providers = cfg->proxy_providers.n;
+    pc->session_max_uses = cfg->fetch_session_max_uses;
+    pc->session_max_errors = cfg->fetch_session_max_errors;
+    pc->session_max_age_ms = cfg->fetch_session_max_age_ms;
+    pc->cooldown_default_ms = cfg->fetch_cooldown_default_ms;
+    pc->retry_after_max_ms = cfg->fetch_retry_after_max_ms;
+    pc->proxy_auth_cooldown_ms = cfg->fetch_proxy_auth_cooldown_ms;
+}
+
+/* @locality the caller's thread (starts the engine thread) */
 dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
                    size_t errstr_size)
 {
@@ -2155,54 +1625,47 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
     pthread_cond_init(&f->done_cond, NULL);
     f->incoming_tailp = &f->incoming;
     f->waiting_tailp = &f->waiting;
-    /* Sessions: each plain exit, then the provider sessions; none = direct. */
-    f->sessions = calloc(cfg->proxy_exits.n + 1, sizeof(*f->sessions));
-    f->n_sessions = cfg->proxy_exits.n;
-    for (size_t i = 0; i < cfg->proxy_exits.n; i++) {
-        f->sessions[i].proxy = strdup(cfg->proxy_exits.v[i]);
-        snprintf(f->sessions[i].name, sizeof(f->sessions[i].name), "%s",
-                 cfg->proxy_exits.v[i]);
+    struct fetch_hosts_conf hc = {.max_inflight = cfg->fetch_per_host_max_inflight,
+                                  .rate_per_min = cfg->fetch_per_host_rate_per_min,
+                                  .burst = cfg->fetch_per_host_burst};
+    f->hosts = fetch_hosts_new(&hc);
+    struct proxy_pool_conf pc;
+    pool_conf_from(cfg, &pc);
+    dd_err_t err = proxy_pool_new(&pc, &f->pool, errstr, errstr_size);
+    if (err)
+        goto fail;
+    char gerr[DD_ERRSTR_SIZE];
+    err = guard_new(cfg->fetch_allow_targets.v, cfg->fetch_allow_targets.n,
+                    &f->guard, gerr, sizeof(gerr));
+    if (err) {
+        dd_errstr_set(errstr, errstr_size, "config: fetch.allow_targets: %s", gerr);
+        goto fail;
     }
-    dd_err_t perr = sessions_from_providers(f, errstr, errstr_size);
-    if (perr) {
-        fetch_destroy(f);
-        return perr;
-    }
-    if (!f->n_sessions) {
-        f->n_sessions = 1;
-        snprintf(f->sessions[0].name, sizeof(f->sessions[0].name), "direct");
-    }
-    f->allow = calloc(cfg->fetch_allow_targets.n + 1, sizeof(*f->allow));
-    for (size_t i = 0; i < cfg->fetch_allow_targets.n; i++) {
-        if (!parse_cidr(cfg->fetch_allow_targets.v[i], &f->allow[i])) {
-            dd_errstr_set(errstr, errstr_size,
-                          "config: fetch.allow_targets: '%s' is not a CIDR",
-                          cfg->fetch_allow_targets.v[i]);
-            fetch_destroy(f);
-            return DD_ERR_INVAL;
-        }
-        f->n_allow++;
-    }
-    f->blocked = calloc(cfg->fetch_blocked_statuses.n + 1, sizeof(long));
+    f->blocked = dd_xcalloc(cfg->fetch_blocked_statuses.n + 1, sizeof(long),
+                            "blocked statuses");
     for (size_t i = 0; i < cfg->fetch_blocked_statuses.n; i++)
         f->blocked[f->n_blocked++] = strtol(cfg->fetch_blocked_statuses.v[i], NULL, 10);
     f->multi = curl_multi_init();
     if (!f->multi) {
         dd_errstr_set(errstr, errstr_size, "curl_multi_init failed");
-        fetch_destroy(f);
-        return DD_ERR_FATAL;
+        err = DD_ERR_FATAL;
+        goto fail;
     }
     curl_multi_setopt(f->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 64L);
     if (pthread_create(&f->thread, NULL, fetch_main, f)) {
         dd_errstr_set(errstr, errstr_size, "pthread_create failed");
-        fetch_destroy(f);
-        return DD_ERR_FATAL;
+        err = DD_ERR_FATAL;
+        goto fail;
     }
     f->thread_started = true;
     *out = f;
     return DD_OK;
+fail:
+    fetch_destroy(f);
+    return err;
 }
 
+/* @locality the caller's thread (joins the engine thread) */
 void fetch_destroy(struct fetch *f)
 {
     if (!f)
@@ -2219,28 +1682,21 @@ void fetch_destroy(struct fetch *f)
         f->incoming = x->next;
         xfer_free(x);
     }
-    for (size_t i = 0; i < HOST_BUCKETS; i++)
-        while (f->hosts[i]) {
-            struct host_slot *h = f->hosts[i];
-            f->hosts[i] = h->next;
-            free(h->host);
-            free(h);
-        }
+    fetch_hosts_destroy(f->hosts);
     for (size_t i = 0; i < f->done_n; i++)
         fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
     free(f->done);
-    for (size_t i = 0; i < f->n_sessions; i++) {
-        free(f->sessions[i].proxy);
-        free(f->sessions[i].username);
-    }
-    free(f->sessions);
-    free(f->allow);
+    proxy_pool_destroy(f->pool);
+    guard_destroy(f->guard);
     free(f->blocked);
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->done_cond);
     free(f);
 }
 
+/* Copy one request (fetch_submit copies everything it needs).  Returns
+ * false when out of memory.
+ * @locality the caller of fetch_submit (any thread) */
 static bool wstep_copy(struct wstep *w, const char *url, const char *method,
                        const struct fetch_header *h, size_t n, const void *body,
                        size_t body_len)
@@ -2269,6 +1725,7 @@ static bool wstep_copy(struct wstep *w, const char *url, const char *method,
     return true;
 }
 
+/* @locality any thread (under f->lock) */
 dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
 {
     struct xfer *x = calloc(1, sizeof(*x));
@@ -2294,12 +1751,7 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     else
         ok = wstep_copy(&x->steps[0], req->url, req->method, req->headers,
                         req->n_headers, req->body, req->body_len);
-    if (!ok) {
-        xfer_free(x);
-        return DD_ERR_NOMEM;
-    }
-    xfer_load_step(x, 0);
-    if (!x->url || !x->method) {
+    if (!ok || !xfer_load_step(x, 0)) {
         xfer_free(x);
         return DD_ERR_NOMEM;
     }
@@ -2325,12 +1777,14 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     return DD_OK;
 }
 
+/* @locality the pipeline thread, before the first submit */
 void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque)
 {
     f->retry_cb = cb;
     f->retry_opaque = opaque;
 }
 
+/* @locality any thread (under f->lock) */
 struct fetch_result *fetch_take(struct fetch *f, int timeout_ms)
 {
     struct fetch_result *r = NULL;
@@ -2356,6 +1810,7 @@ struct fetch_result *fetch_take(struct fetch *f, int timeout_ms)
     return r;
 }
 
+/* @locality any thread (under f->lock) */
 size_t fetch_inflight(struct fetch *f)
 {
     pthread_mutex_lock(&f->lock);
@@ -2364,6 +1819,7 @@ size_t fetch_inflight(struct fetch *f)
     return n;
 }
 
+/* @locality any thread (atomics) */
 void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
 {
     st->attempts = atomic_load(&f->st_attempts);
@@ -2377,6 +1833,7 @@ void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
     st->auth_suspensions = atomic_load(&f->st_auth_suspensions);
 }
 
+/* @locality any thread */
 void fetch_result_destroy(struct fetch_result *r)
 {
     if (!r)

@@ -1,131 +1,331 @@
-/* Unit tests of fetch.c: the SSRF guard on IP literals (fetch_ip_refused),
- * IPv6 forms that embed an IPv4 address included. */
+/* Unit tests of fetch_outcome.c: the classification of a finished transfer
+ * (facts in, outcome out; no curl handle, no network).  Every case states
+ * the exact kind, category, status to record, error text and retry class
+ * the engine's handlers act on (DESIGN.md section 5 categories). */
 #include <check.h>
+#include <curl/curl.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
-#include "fetch.h"
+#include "fetch_outcome.h"
 
-static void expect(const char *host, char *const *allow, size_t n_allow,
-                   bool want_refused)
+static const long blocked_default[] = {429};
+
+/* Facts of a transfer that got HTTP \p status through no proxy. */
+static struct fetch_facts answered(long status)
 {
-    bool refused = !want_refused;
-    ck_assert_msg(fetch_ip_refused(host, allow, n_allow, &refused),
-                  "%s: not taken as an IP literal", host);
-    ck_assert_msg(refused == want_refused, "%s: %s, want %s", host,
-                  refused ? "refused" : "allowed",
-                  want_refused ? "refused" : "allowed");
+    return (struct fetch_facts){.result = CURLE_OK, .status = status,
+                                .blocked = blocked_default, .n_blocked = 1};
 }
 
-#define REFUSED(h) expect((h), NULL, 0, true)
-#define PASSES(h) expect((h), NULL, 0, false)
-
-START_TEST(test_fetch_plain_ranges)
+/* Facts of a transfer that failed with \p res. */
+static struct fetch_facts failed(CURLcode res)
 {
-    REFUSED("127.0.0.1");
-    REFUSED("169.254.169.254");
-    REFUSED("10.1.2.3");
-    REFUSED("192.168.0.1");
-    REFUSED("100.64.0.1");
-    REFUSED("[::1]");
-    REFUSED("::");
-    REFUSED("fe80::1");
-    REFUSED("fd00::1");
-    REFUSED("::ffff:127.0.0.1");
-    REFUSED("[::ffff:a9fe:a9fe]");
-    PASSES("93.184.216.34");
-    PASSES("[2606:4700:4700::1111]");
-    PASSES("::ffff:8.8.8.8");
-    bool refused = true;
-    ck_assert(!fetch_ip_refused("localhost", NULL, 0, &refused));
+    return (struct fetch_facts){.result = res, .curl_error = "curl says no",
+                                .blocked = blocked_default, .n_blocked = 1};
 }
-END_TEST
 
-/* IPv4-compatible ::/96 (deprecated; Linux does not route it, but must not
- * be the way round the guard) */
-START_TEST(test_fetch_v4_compatible)
+static struct fetch_outcome classify(const struct fetch_facts *f)
 {
-    REFUSED("[::127.0.0.2]");
-    REFUSED("::127.0.0.1");
-    REFUSED("::7f00:1");
-    REFUSED("::a9fe:a9fe");
-    REFUSED("::10.0.0.1");
-    REFUSED("[::192.168.1.1]");
-    PASSES("::8.8.8.8");
-    /* IPv4-translated ::ffff:0:0:0/96 (RFC 2765) */
-    REFUSED("::ffff:0:127.0.0.1");
-    PASSES("::ffff:0:8.8.8.8");
+    struct fetch_outcome o;
+    memset(&o, 0x5a, sizeof(o)); /* garbage in: classify owns every field */
+    fetch_outcome_classify(f, &o);
+    return o;
 }
-END_TEST
 
-START_TEST(test_fetch_nat64)
+#define EXPECT(o, k, cat, st)                                                 \
+    do {                                                                      \
+        ck_assert_str_eq(fetch_outcome_kind_name((o).kind),                   \
+                         fetch_outcome_kind_name(k));                         \
+        if ((cat) == NULL)                                                    \
+            ck_assert_ptr_null((o).category);                                 \
+        else                                                                  \
+            ck_assert_str_eq((o).category, (const char *)(cat));              \
+        ck_assert_int_eq((o).status, (st));                                   \
+    } while (0)
+
+START_TEST(test_fetch_answers)
 {
-    /* 64:ff9b::/96 (RFC 6052): the metadata address through a translator */
-    REFUSED("[64:ff9b::a9fe:a9fe]");
-    REFUSED("64:ff9b::169.254.169.254");
-    REFUSED("64:ff9b::127.0.0.1");
-    REFUSED("64:ff9b::10.1.2.3");
-    REFUSED("64:ff9b::c0a8:1");
-    REFUSED("64:ff9b::100.64.0.1");
-    PASSES("64:ff9b::8.8.8.8");
-    PASSES("64:ff9b::5db8:d822");
-    /* 64:ff9b:1::/48 (RFC 8215): /96 under it, and the /48, /56, /64 formats */
-    REFUSED("64:ff9b:1::a9fe:a9fe");
-    REFUSED("64:ff9b:1:abcd:0:1:a9fe:a9fe");
-    PASSES("64:ff9b:1::8.8.8.8");
-    PASSES("64:ff9b:1:abcd:0:1:808:808");
-    REFUSED("64:ff9b:1:a9fe:a9:fe00::");   /* /48: 169.254.169.254 */
-    REFUSED("64:ff9b:1:7f:0:1::");         /* /56: 127.0.0.1 */
-    REFUSED("64:ff9b:1:0:a:102:300::");    /* /64: 10.1.2.3 */
-    PASSES("64:ff9b:1:0:8:808:800::");     /* /64: 8.8.8.8 */
-    /* not NAT64: 64:ff9b:2:: is an ordinary (unassigned) address */
-    PASSES("64:ff9b:2::a9fe:a9fe");
+    long ok[] = {200, 204, 206, 304, 100};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        struct fetch_facts f = answered(ok[i]);
+        struct fetch_outcome o = classify(&f);
+        EXPECT(o, FETCH_OUTCOME_ANSWER, NULL, ok[i]);
+        ck_assert_str_eq(o.error, "");
+    }
+    /* a 3xx without a Location is the origin's answer */
+    struct fetch_facts f = answered(302);
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_ANSWER, NULL, 302);
+    /* 304 is an answer even with a Location */
+    f = answered(304);
+    f.has_location = true;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_ANSWER, NULL, 304);
 }
 END_TEST
 
-START_TEST(test_fetch_6to4)
+START_TEST(test_fetch_redirects)
 {
-    /* 2002:V4ADDR::/48 (RFC 3056) */
-    REFUSED("2002:7f00:1::");
-    REFUSED("[2002:7f00:1::1]");
-    REFUSED("2002:a9fe:a9fe::1");
-    REFUSED("2002:a00:1:1::1");
-    REFUSED("2002:c0a8:101::1");
-    REFUSED("2002::1");                    /* 0.0.0.0 */
-    PASSES("2002:808:808::1");
-    PASSES("2002:5db8:d822:1::1");
+    long st[] = {301, 302, 303, 307, 308, 300};
+    for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) {
+        struct fetch_facts f = answered(st[i]);
+        f.has_location = true;
+        struct fetch_outcome o = classify(&f);
+        EXPECT(o, FETCH_OUTCOME_REDIRECT, NULL, st[i]);
+        ck_assert_str_eq(o.error, "");
+    }
 }
 END_TEST
 
-START_TEST(test_fetch_allow_targets)
+START_TEST(test_fetch_origin_errors)
 {
-    char *v4[] = {"127.0.0.1/32"};
-    expect("127.0.0.1", v4, 1, false);
-    expect("127.0.0.2", v4, 1, true);
-    /* a v4 CIDR does not allow the v6 forms of its addresses */
-    expect("::ffff:127.0.0.1", v4, 1, true);
-    expect("::127.0.0.1", v4, 1, true);
-    expect("64:ff9b::127.0.0.1", v4, 1, true);
-    expect("2002:7f00:1::1", v4, 1, true);
-    /* a v6 CIDR over the embedding form does */
-    char *v6[] = {"64:ff9b::/96", "2002:a00::/24", "::127.0.0.2/128"};
-    expect("64:ff9b::a9fe:a9fe", v6, 3, false);
-    expect("2002:a00:1::1", v6, 3, false);
-    expect("::127.0.0.2", v6, 3, false);
-    expect("::127.0.0.3", v6, 3, true);
-    expect("64:ff9b:1::a9fe:a9fe", v6, 3, true);
+    struct fetch_facts f = answered(404);
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_CLIENT_ERROR, "client_error", 404);
+    ck_assert_str_eq(o.error, "HTTP 404 from the origin");
+    f = answered(503);
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_SERVER_ERROR, "server_error", 503);
+    ck_assert_str_eq(o.error, "HTTP 503 from the origin");
+    f = answered(599);
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_SERVER_ERROR, "server_error", 599);
+    /* 5xx with a Location is still a server error */
+    f = answered(500);
+    f.has_location = true;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_SERVER_ERROR, "server_error", 500);
+}
+END_TEST
+
+START_TEST(test_fetch_blocked_statuses)
+{
+    struct fetch_facts f = answered(429);
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_BLOCKED, "throttled", 429);
+    ck_assert_str_eq(o.error, "HTTP 429 (blocked) on every attempt");
+    /* fetch.blocked_statuses decides: 403 and 503 blocked, 429 not */
+    static const long custom[] = {403, 503};
+    f = answered(403);
+    f.blocked = custom;
+    f.n_blocked = 2;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_BLOCKED, "blocked", 403);
+    ck_assert_str_eq(o.error, "HTTP 403 (blocked) on every attempt");
+    f.status = 503;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_BLOCKED, "blocked", 503);
+    f.status = 429;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_CLIENT_ERROR, "client_error", 429);
+    /* a blocked status wins over the redirect and 407 rules */
+    static const long odd[] = {302, 407};
+    f = answered(302);
+    f.has_location = true;
+    f.blocked = odd;
+    f.n_blocked = 2;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_BLOCKED, "blocked", 302);
+    f.status = 407;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_BLOCKED, "blocked", 407);
+}
+END_TEST
+
+START_TEST(test_fetch_proxy_auth)
+{
+    /* 407 from an HTTP proxy on a plain-http request */
+    struct fetch_facts f = answered(407);
+    f.proxied = true;
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 407);
+    ck_assert_str_eq(o.error, "the proxy refused the credentials (407)");
+    /* 407 to CONNECT (https through an HTTP proxy) */
+    f = failed(CURLE_RECV_ERROR);
+    f.proxied = true;
+    f.connect_code = 407;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 407);
+    ck_assert_str_eq(o.error, "the proxy refused the credentials (407 to CONNECT)");
+    /* SOCKS5 rejections: curl's error text, status 0 */
+    long px[] = {CURLPX_NO_AUTH, CURLPX_USER_REJECTED, CURLPX_LONG_USER,
+                 CURLPX_LONG_PASSWD, CURLPX_IDENTD_DIFFER};
+    for (size_t i = 0; i < sizeof(px) / sizeof(px[0]); i++) {
+        f = failed(CURLE_PROXY);
+        f.proxied = true;
+        f.proxy_error = px[i];
+        o = classify(&f);
+        EXPECT(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 0);
+        ck_assert_str_eq(o.error, "curl says no");
+    }
+    /* a CONNECT 407 seen without a proxy configured (default branch) */
+    f = failed(CURLE_SEND_FAIL_REWIND);
+    f.connect_code = 407;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 407);
+    ck_assert_str_eq(o.error, "the proxy refused the credentials (407)");
+}
+END_TEST
+
+START_TEST(test_fetch_connect_refused)
+{
+    long codes[] = {403, 502, 503, 301};
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        struct fetch_facts f = failed(CURLE_COULDNT_CONNECT);
+        f.proxied = true;
+        f.connect_code = codes[i];
+        struct fetch_outcome o = classify(&f);
+        EXPECT(o, FETCH_OUTCOME_CONNECT_REFUSED, "proxy_connect", codes[i]);
+        char want[64];
+        snprintf(want, sizeof(want), "the proxy answered %ld to CONNECT", codes[i]);
+        ck_assert_str_eq(o.error, want);
+    }
+    /* without a proxy the CONNECT code is not looked at (no CONNECT sent) */
+    struct fetch_facts f = failed(CURLE_COULDNT_CONNECT);
+    f.connect_code = 502;
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_TRANSPORT, "connect", 0);
+}
+END_TEST
+
+/* One row: a CURLcode (and flags) to its category and retry class. */
+struct trow {
+    CURLcode res;
+    bool proxied, too_large, refused;
+    const char *category;
+    enum fetch_outcome_retry retry;
+};
+
+START_TEST(test_fetch_transport_categories)
+{
+    static const struct trow rows[] = {
+        {CURLE_WRITE_ERROR, false, true, false, "too_large", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_WRITE_ERROR, false, false, false, "protocol", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_COULDNT_RESOLVE_PROXY, true, false, false, "proxy_connect", FETCH_OUTCOME_RETRY_ANY},
+        {CURLE_COULDNT_RESOLVE_HOST, false, false, false, "dns", FETCH_OUTCOME_RETRY_ANY},
+        {CURLE_COULDNT_CONNECT, false, false, false, "connect", FETCH_OUTCOME_RETRY_ANY},
+        {CURLE_COULDNT_CONNECT, true, false, false, "proxy_connect", FETCH_OUTCOME_RETRY_ANY},
+        {CURLE_COULDNT_CONNECT, false, false, true, "forbidden_target", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_OPERATION_TIMEDOUT, false, false, false, "timeout", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_OPERATION_TIMEDOUT, true, false, false, "timeout", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_PEER_FAILED_VERIFICATION, false, false, false, "tls", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SSL_CACERT_BADFILE, false, false, false, "tls", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SSL_ISSUER_ERROR, false, false, false, "tls", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SSL_PINNEDPUBKEYNOTMATCH, false, false, false, "tls", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SSL_CONNECT_ERROR, false, false, false, "tls", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_TOO_MANY_REDIRECTS, false, false, false, "redirect_loop", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_WEIRD_SERVER_REPLY, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_UNSUPPORTED_PROTOCOL, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_BAD_CONTENT_ENCODING, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_OUT_OF_MEMORY, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_RECV_ERROR, false, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_SEND_ERROR, true, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_GOT_NOTHING, false, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_PARTIAL_FILE, false, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_HTTP2, false, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        {CURLE_HTTP2_STREAM, false, false, false, "connect", FETCH_OUTCOME_RETRY_IF_SAFE},
+        /* default branch: a proxy error that is not authentication */
+        {CURLE_PROXY, true, false, false, "proxy_connect", FETCH_OUTCOME_RETRY_ANY},
+        {CURLE_PROXY, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SEND_FAIL_REWIND, false, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+        {CURLE_SEND_FAIL_REWIND, true, false, false, "protocol", FETCH_OUTCOME_RETRY_NEVER},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct trow *r = &rows[i];
+        struct fetch_facts f = failed(r->res);
+        f.proxied = r->proxied;
+        f.too_large = r->too_large;
+        f.refused_target = r->refused;
+        f.proxy_error = r->res == CURLE_PROXY ? CURLPX_RECV_CONNECT : 0;
+        struct fetch_outcome o = classify(&f);
+        ck_assert_msg(o.kind == FETCH_OUTCOME_TRANSPORT, "row %zu: kind %s", i,
+                      fetch_outcome_kind_name(o.kind));
+        ck_assert_msg(!strcmp(o.category, r->category), "row %zu: %s, want %s",
+                      i, o.category, r->category);
+        ck_assert_msg(o.retry == r->retry, "row %zu: retry %d, want %d", i,
+                      (int)o.retry, (int)r->retry);
+        ck_assert_int_eq(o.status, 0);
+    }
+}
+END_TEST
+
+START_TEST(test_fetch_transport_error_texts)
+{
+    /* curl's error buffer, else curl_easy_strerror */
+    struct fetch_facts f = failed(CURLE_OPERATION_TIMEDOUT);
+    struct fetch_outcome o = classify(&f);
+    ck_assert_str_eq(o.error, "curl says no");
+    f.curl_error = "";
+    o = classify(&f);
+    ck_assert_str_eq(o.error, curl_easy_strerror(CURLE_OPERATION_TIMEDOUT));
+    f.curl_error = NULL;
+    o = classify(&f);
+    ck_assert_str_eq(o.error, curl_easy_strerror(CURLE_OPERATION_TIMEDOUT));
+    /* the engine's own causes replace curl's text */
+    f = failed(CURLE_WRITE_ERROR);
+    f.too_large = true;
+    f.status = 200; /* the status line had arrived */
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_TRANSPORT, "too_large", 200);
+    ck_assert_str_eq(o.error, "response body above fetch.max_body_bytes");
+    f = failed(CURLE_COULDNT_CONNECT);
+    f.refused_target = true;
+    o = classify(&f);
+    ck_assert_str_eq(o.error, "target address is loopback, link-local or "
+                              "private and not in fetch.allow_targets");
+}
+END_TEST
+
+START_TEST(test_fetch_headers_too_large)
+{
+    /* first rule of the failures: beats a proxy 407 and the CURLcode */
+    struct fetch_facts f = failed(CURLE_WRITE_ERROR);
+    f.headers_too_large = true;
+    f.status = 200;
+    f.proxied = true;
+    f.connect_code = 407;
+    struct fetch_outcome o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_TRANSPORT, "protocol", 200);
+    ck_assert_int_eq(o.retry, FETCH_OUTCOME_RETRY_NEVER);
+    char want[64];
+    snprintf(want, sizeof(want), "response header block above %d bytes",
+             FETCH_MAX_HEADER_BYTES);
+    ck_assert_str_eq(o.error, want);
+    ck_assert_str_eq(o.error, "response header block above 262144 bytes");
+}
+END_TEST
+
+START_TEST(test_fetch_kind_names)
+{
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_ANSWER), "answer");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_REDIRECT), "redirect");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_CLIENT_ERROR), "client_error");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_SERVER_ERROR), "server_error");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_BLOCKED), "blocked");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_PROXY_AUTH), "proxy_auth");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_CONNECT_REFUSED),
+                     "connect_refused");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_TRANSPORT), "transport");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_KINDS), "?");
 }
 END_TEST
 
 Suite *fetch_suite(void)
 {
     Suite *s = suite_create("fetch");
-    TCase *tc = tcase_create("ssrf_guard");
-    tcase_add_test(tc, test_fetch_plain_ranges);
-    tcase_add_test(tc, test_fetch_v4_compatible);
-    tcase_add_test(tc, test_fetch_nat64);
-    tcase_add_test(tc, test_fetch_6to4);
-    tcase_add_test(tc, test_fetch_allow_targets);
+    TCase *tc = tcase_create("classify");
+    tcase_add_test(tc, test_fetch_answers);
+    tcase_add_test(tc, test_fetch_redirects);
+    tcase_add_test(tc, test_fetch_origin_errors);
+    tcase_add_test(tc, test_fetch_blocked_statuses);
+    tcase_add_test(tc, test_fetch_proxy_auth);
+    tcase_add_test(tc, test_fetch_connect_refused);
+    tcase_add_test(tc, test_fetch_transport_categories);
+    tcase_add_test(tc, test_fetch_transport_error_texts);
+    tcase_add_test(tc, test_fetch_headers_too_large);
+    tcase_add_test(tc, test_fetch_kind_names);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,8 +1,9 @@
-/* Unit tests of fetch.c beyond the SSRF guard (test_fetch.c): the per-host token bucket, timed-rotation intervals,
- * and the engine itself (direct, no proxy) against a small in-process
- * HTTP/1.1 origin: workflow cookies and their isolation between ops, restart
- * of a safe workflow, failure without replay of an unsafe one, the per-host
- * concurrency cap. */
+/* Unit tests of fetch.c beyond the classification (test_fetch.c): the
+ * per-host token bucket and table (fetch_hosts.c; timed-rotation intervals moved to test_proxy_pool.c
+ * with proxy_pool_timed_interval), and the engine itself (direct, no proxy)
+ * against a small in-process HTTP/1.1 origin: workflow cookies and their
+ * isolation between ops, restart of a safe workflow, failure without replay
+ * of an unsafe one, the per-host concurrency cap. */
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -22,6 +23,7 @@
 
 #include "config.h"
 #include "fetch.h"
+#include "fetch_hosts.h"
 
 /* ---- token bucket --------------------------------------------------------- */
 
@@ -54,18 +56,94 @@ START_TEST(test_bucket_burst)
 }
 END_TEST
 
-START_TEST(test_timed_interval)
+/* ---- per-host table (fetch_hosts.h) ---------------------------------------- */
+
+START_TEST(test_hosts_disabled)
 {
-    int64_t start = -1;
-    ck_assert_int_eq(fetch_timed_interval(1000, 3, 1000, &start), 0);
-    ck_assert_int_eq(start, 1000);
-    ck_assert_int_eq(fetch_timed_interval(1000, 3, 3999, &start), 0);
-    ck_assert_int_eq(fetch_timed_interval(1000, 3, 4000, &start), 1);
-    ck_assert_int_eq(start, 4000);
-    ck_assert_int_eq(fetch_timed_interval(1000, 3, 10500, &start), 3);
-    ck_assert_int_eq(start, 10000);
-    ck_assert_int_eq(fetch_timed_interval(1000, 0, 10500, &start), 0);
-    ck_assert_int_eq(fetch_timed_interval(1000, 3, 500, NULL), 0);
+    struct fetch_hosts_conf c = {0};
+    struct fetch_hosts *h = fetch_hosts_new(&c);
+    ck_assert(!fetch_hosts_enabled(h));
+    struct fetch_host *slot = (struct fetch_host *)0x1;
+    int64_t w = -1;
+    for (int i = 0; i < 100; i++)
+        ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &slot, &w), FETCH_HOSTS_GO);
+    ck_assert_ptr_null(slot);
+    fetch_hosts_take(h, slot, 1000); /* NULL: no-op */
+    fetch_hosts_release(slot);
+    ck_assert_uint_eq(fetch_hosts_count(h), 0);
+    fetch_hosts_destroy(h);
+    fetch_hosts_destroy(NULL);
+}
+END_TEST
+
+START_TEST(test_hosts_cap)
+{
+    struct fetch_hosts_conf c = {.max_inflight = 2};
+    struct fetch_hosts *h = fetch_hosts_new(&c);
+    ck_assert(fetch_hosts_enabled(h));
+    struct fetch_host *s1, *s2, *s3, *o;
+    int64_t w = -1;
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s1, &w), FETCH_HOSTS_GO);
+    fetch_hosts_take(h, s1, 1000);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s2, &w), FETCH_HOSTS_GO);
+    ck_assert_ptr_eq(s1, s2);
+    fetch_hosts_take(h, s2, 1000);
+    ck_assert_int_eq(fetch_hosts_inflight(h, "a.test"), 2);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s3, &w), FETCH_HOSTS_FULL);
+    ck_assert_ptr_null(s3);
+    /* another host has its own cap */
+    ck_assert_int_eq(fetch_hosts_check(h, "b.test", 1000, &o, &w), FETCH_HOSTS_GO);
+    ck_assert_ptr_ne(o, s1);
+    ck_assert_uint_eq(fetch_hosts_count(h), 2);
+    fetch_hosts_release(s1);
+    ck_assert_int_eq(fetch_hosts_inflight(h, "a.test"), 1);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s3, &w), FETCH_HOSTS_GO);
+    ck_assert_int_eq(fetch_hosts_inflight(h, "nowhere.test"), 0);
+    fetch_hosts_destroy(h);
+}
+END_TEST
+
+START_TEST(test_hosts_rate)
+{
+    struct fetch_hosts_conf c = {.rate_per_min = 600, .burst = 1};
+    struct fetch_hosts *h = fetch_hosts_new(&c);
+    struct fetch_host *s;
+    int64_t w = -1;
+    /* a check only probes the bucket: nothing is taken */
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s, &w), FETCH_HOSTS_GO);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s, &w), FETCH_HOSTS_GO);
+    fetch_hosts_take(h, s, 1000);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &s, &w), FETCH_HOSTS_RATE);
+    ck_assert_int_eq(w, 100);
+    ck_assert_ptr_null(s);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1050, &s, &w), FETCH_HOSTS_RATE);
+    ck_assert_int_eq(w, 50);
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1100, &s, &w), FETCH_HOSTS_GO);
+    fetch_hosts_destroy(h);
+}
+END_TEST
+
+START_TEST(test_hosts_sweep)
+{
+    struct fetch_hosts_conf c = {.max_inflight = 1, .rate_per_min = 1, .burst = 2};
+    struct fetch_hosts *h = fetch_hosts_new(&c);
+    struct fetch_host *a, *b;
+    int64_t w = -1;
+    ck_assert_int_eq(fetch_hosts_check(h, "a.test", 1000, &a, &w), FETCH_HOSTS_GO);
+    ck_assert_int_eq(fetch_hosts_check(h, "b.test", 1000, &b, &w), FETCH_HOSTS_GO);
+    fetch_hosts_take(h, b, 1000); /* b runs */
+    /* idle time: the bucket's refill, 2 tokens at 1/min = 120001 ms */
+    fetch_hosts_sweep(h, 121001);
+    ck_assert_uint_eq(fetch_hosts_count(h), 2);
+    fetch_hosts_sweep(h, 200000);
+    ck_assert_uint_eq(fetch_hosts_count(h), 1); /* a forgotten, b runs */
+    ck_assert_int_eq(fetch_hosts_inflight(h, "b.test"), 1);
+    fetch_hosts_release(b);
+    fetch_hosts_sweep(h, 205000); /* at most every 10 s */
+    ck_assert_uint_eq(fetch_hosts_count(h), 1);
+    fetch_hosts_sweep(h, 210000);
+    ck_assert_uint_eq(fetch_hosts_count(h), 0);
+    fetch_hosts_destroy(h);
 }
 END_TEST
 
@@ -417,7 +495,10 @@ Suite *fetch_engine_suite(void)
     TCase *tc = tcase_create("limits");
     tcase_add_test(tc, test_bucket_rate);
     tcase_add_test(tc, test_bucket_burst);
-    tcase_add_test(tc, test_timed_interval);
+    tcase_add_test(tc, test_hosts_disabled);
+    tcase_add_test(tc, test_hosts_cap);
+    tcase_add_test(tc, test_hosts_rate);
+    tcase_add_test(tc, test_hosts_sweep);
     suite_add_tcase(s, tc);
     TCase *te = tcase_create("engine");
     tcase_set_timeout(te, 60);
