@@ -39,7 +39,6 @@
 #define DEDUPD_API_H
 
 #include <stdbool.h>
-#include <stdint.h>
 
 #include "err.h"
 
@@ -78,12 +77,6 @@ dd_err_t api_new(const struct cfg *cfg, const struct job_conf *jconf,
  * @locality any thread (the pipeline's); the flag is atomic.
  */
 void api_ready_set(struct api *api, bool ready);
-
-/** @returns the admin listener's bound port. @locality any thread. */
-uint16_t api_admin_port(const struct api *api);
-
-/** @returns the api listener's bound port, 0 when off. @locality any thread. */
-uint16_t api_port(const struct api *api);
 
 /**
  * @brief Stop both listeners (no handler runs after it returns), flush the

@@ -17,6 +17,9 @@
  * On start-up unsent outbox entries are produced again (same event_key).
  * Per-partition state (done tracking, commit points, epochs, rebalance
  * decisions) lives in partitions.h; the job API and readiness in api.h.
+ * The module is consumer.c (the pipeline) and consumer_out.c (its outgoing
+ * side: messages kept until acknowledged, delivery reports, the producer's
+ * reset), sharing the INTERNAL src/consumer_internal.h.
  *
  * Handles: consumer_handles_open() opens what a run uses (store, results
  * producer, HTTP listeners, fetch engine, the jobs topic's Kafka consumer) and

@@ -299,16 +299,6 @@ void api_ready_set(struct api *api, bool ready)
     atomic_store(&api->ready, ready);
 }
 
-uint16_t api_admin_port(const struct api *api)
-{
-    return http_admin_port(api->http);
-}
-
-uint16_t api_port(const struct api *api)
-{
-    return http_api_port(api->http);
-}
-
 void api_destroy(struct api *api)
 {
     if (!api)

@@ -28,6 +28,13 @@
 #define POLL_BATCH 1024 /* messages claimed together (one store batch) */
 #define OFFSETS_CHUNK 256 /* partitions per rd_kafka_offsets_store call */
 
+/* The jobs topic's consumer: librdkafka's rebalance callback reaches the
+ * run through it (its conf opaque). */
+struct consumer {
+    rd_kafka_t *rk;
+    struct pipeline *pl;  /* the run it serves, or NULL outside consumer_run */
+};
+
 /* ---- message tracking (partitions.h) and offsets ------------------------- */
 
 static struct pmsg *msg_track(struct pipeline *pl, int32_t partition,

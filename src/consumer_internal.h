@@ -26,14 +26,18 @@ struct pmsg {
     struct pmsg *next;    /* waiters of one op */
 };
 
+/* An op this run claimed, from the claim until its result is acknowledged
+ * and its completion durable (or it is fenced off). */
 struct opctx {
     struct opctx *hnext;
     char *op_id;
     struct job *job;
     uint64_t generation;
-    struct pmsg *msgs;    /* the claiming message and its in-flight duplicates */
+    struct pmsg *msgs;    /* the claiming message and its in-flight
+                             duplicates */
     uint64_t seq;
-    uint32_t base_attempts; /* attempts of earlier generations (from the store) */
+    uint32_t base_attempts; /* attempts of earlier generations (from the
+                               store) */
     int64_t not_before_ms;  /* reclaimed retryable op: its stored retry time */
     bool stored;          /* result committed to the store (lease no longer
                              needed) */
@@ -82,6 +86,8 @@ struct outmsg {
     int64_t retry_at_ms;
 };
 
+/* A message held for a later claim (store trouble, or an op leased by
+ * another owner). */
 struct blocked {
     struct blocked *next;
     struct pmsg *pm;
@@ -90,13 +96,7 @@ struct blocked {
 };
 
 
-/* The jobs topic's consumer: librdkafka's rebalance callback reaches the
- * run through it (its conf opaque). */
-struct consumer {
-    rd_kafka_t *rk;
-    struct pipeline *pl;  /* the run it serves, or NULL outside consumer_run */
-};
-
+/* One run of the pipeline (consumer_run's frame). */
 struct pipeline {
     const struct cfg *cfg;
     const struct consumer_opts *opts;
