@@ -15,6 +15,17 @@
  *     durable and acknowledged (work completes out of order);
  *     enable.auto.offset.store=false and the auto-commit commits stored offsets.
  * On start-up unsent outbox entries are produced again (same event_key).
+ * Per-partition state (done tracking, commit points, epochs, rebalance
+ * decisions) lives in partitions.h; the job API and readiness in api.h.
+ * The module is consumer.c (the pipeline) and consumer_out.c (its outgoing
+ * side: messages kept until acknowledged, delivery reports, the producer's
+ * reset), sharing the INTERNAL src/consumer_internal.h.
+ *
+ * Handles: consumer_handles_open() opens what a run uses (store, results
+ * producer, HTTP listeners, fetch engine, the jobs topic's Kafka consumer) and
+ * consumer_run() drives them, so a test can open them against librdkafka's
+ * mock cluster and a loopback origin and look at the store and the topics
+ * afterwards.
  * The fetch engine is the backpressure: at fetch.max_inflight ops in flight, the
  * pipeline stops polling the consumer (well within max.poll.interval.ms, since
  * an op's deadline is shorter), instead of pause/resume with the batch APIs of
@@ -30,7 +41,14 @@
 
 #include "err.h"
 
+struct api;
 struct cfg;
+struct fetch;
+struct producer;
+struct store;
+
+/** The jobs topic's Kafka consumer (librdkafka inside), subscribed. */
+struct consumer;
 
 /** Run options (CLI). */
 struct consumer_opts {
@@ -53,15 +71,68 @@ struct consumer_stats {
     int64_t first_msg_ms, last_msg_ms;
 };
 
+/** What one run drives, opened by consumer_handles_open(). */
+struct consumer_handles {
+    struct store *store;        /**< the op store (group commit on) */
+    struct producer *producer;  /**< results, conflicts, dead letters; its
+                                     reports go to the run (consumer_run may
+                                     replace it after a fatal error) */
+    struct api *api;            /**< HTTP listeners (api.h), or NULL */
+    struct fetch *fetch;        /**< NULL in shadow mode; consumer_run takes
+                                     it (stops and destroys it) */
+    struct consumer *consumer;  /**< the jobs topic's consumer, subscribed */
+    char run_id[40];            /**< this run's id (the store's lease owner
+                                     is "<instance.id>#<run_id>") */
+};
+
+/**
+ * @brief Open everything a run uses, in this order: the store (its owner
+ *        names a fresh run id), the results producer, the HTTP listeners
+ *        (api_new), the fetch engine (unless \p shadow), and the Kafka
+ *        consumer of topics.jobs (group consumer.group_id; eager assignors:
+ *        cooperative-sticky is refused on librdkafka < 2.6.1; offsets stored
+ *        by the pipeline only, auto-committed), subscribed.
+ * @param cfg     Frozen config (borrowed; must outlive the handles).
+ * @param h       Out: the handles; consumer_handles_close() them, also on
+ *                failure (what was opened is then set, the rest NULL).
+ * @param errstr  Optional (may be NULL).
+ * @returns DD_OK; DD_ERR_INVAL (config: errstr names the key); DD_ERR_IO
+ *          (store, a listen port taken); DD_ERR_FATAL (a Kafka client or the
+ *          fetch engine could not start); DD_ERR_NOMEM.
+ * @locality any thread (main, at start-up).
+ */
+dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
+                               struct consumer_handles *h, char *errstr,
+                               size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Close what \p h holds, in this order: the Kafka consumer, the fetch
+ *        engine, the HTTP listeners (and the job API's producer), the results
+ *        producer, the store; each pointer is set to NULL.  The Kafka
+ *        consumer was closed (it left its group) by consumer_run; a producer
+ *        is destroyed without a flush (consumer_run flushed it).
+ * @locality the thread that ran consumer_run (or opened them).
+ */
+void consumer_handles_close(struct consumer_handles *h);
+
 /**
  * @brief Run the pipeline until *opts->run is 0 or the run is idle for
  *        opts->exit_when_idle_ms (every assigned partition at its end, nothing
  *        in flight, nothing unacknowledged).  On stop: finish in-flight work
- *        within shutdown.grace_ms, flush, commit stored offsets, close.
+ *        within shutdown.grace_ms, flush, commit stored offsets, leave the
+ *        group (rd_kafka_consumer_close).
+ * @param h      Open handles (consumer_handles_open); h->fetch must be NULL
+ *               exactly when opts->shadow.  Takes ownership of h->fetch, also
+ *               on failure: it is destroyed (its thread calls into the run)
+ *               and h->fetch set to NULL before the return.  h->producer may
+ *               be replaced by a new producer after a fatal producer error.
  * @param stats  Out: counters of the run.
- * @returns DD_OK; DD_ERR_INVAL (config); DD_ERR_IO (store); DD_ERR_FATAL.
+ * @returns DD_OK; DD_ERR_IO (outbox replay read, or a failed WAL fsync of
+ *          the group commit: stopped, unacknowledged jobs are redelivered).
+ * @locality the pipeline thread: the caller's, for the whole run.
  */
-dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
+dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
+                      const struct consumer_opts *opts,
                       struct consumer_stats *stats, char *errstr,
                       size_t errstr_size) DD_WUR;
 

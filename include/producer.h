@@ -30,7 +30,11 @@ struct producer_header {
  * @brief Delivery report.  \p err is DD_OK when the broker acknowledged the
  *        message (\p partition and \p offset set), else DD_ERR_TRANSIENT with
  *        \p errtext (librdkafka's text).
- * @locality the thread calling producer_poll()/producer_flush().
+ * @param opaque  The message's own opaque (producer_send()): whatever the
+ *                report needs, the caller's state included, is reached
+ *                through it, not through globals.
+ * @locality the thread calling producer_poll()/producer_flush()/
+ *           producer_purge().
  */
 typedef void(producer_dr_cb)(void *opaque, dd_err_t err, const char *errtext,
                              int32_t partition, int64_t offset);

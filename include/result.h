@@ -1,7 +1,9 @@
 /**
  * @file result.h
  * @brief Encoding of the events dedupd publishes (DESIGN.md section 3): results,
- *        conflict records, and the submit receipt line.  JSON via jansson.
+ *        conflict records, and the submit receipt line; and the one encoder
+ *        of an op record as `dedupd inspect --json` and `GET /v1/ops/{op_id}`
+ *        show it.  JSON via jansson.
  *
  * A result carries event_key, op_id, job_key, url, final_url, status, selected
  * response headers (content-type, etag, last-modified), body (UTF-8 text) or
@@ -37,6 +39,8 @@
 
 struct job;
 struct fetch_result;
+struct store_op;
+struct store_attempt;
 
 /**
  * @brief Encode the result event of \p job from \p r (r may be NULL only for
@@ -78,6 +82,42 @@ dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
                                 const char *first_source, const char *new_hash,
                                 const char *new_source, char **out,
                                 size_t *out_len) DD_WUR;
+
+/**
+ * Which fields result_op_encode() writes.  The two views have differed since
+ * they were written and tests read each, so each keeps its fields.
+ */
+enum result_op_view {
+    /** `GET /v1/ops/{op_id}` (the live view), compact: op_id, state,
+     *  request_hash, event_key, generation, attempts, outbox, category (only
+     *  when set), not_before_ms (only when retryable), expires_at_ms. */
+    RESULT_OP_LIVE = 0,
+    /** `dedupd inspect --json`, indented by 2: op_id, state, request_hash,
+     *  event_key, generation, lease_owner, lease_expires_at_ms,
+     *  created_at_ms, updated_at_ms, expires_at_ms, attempts, outbox,
+     *  first_source, category, not_before_ms (only when set), attempt_log
+     *  (one object per attempt: number, generation, started_at_ms,
+     *  ended_at_ms, status, bytes, session, exit, category, error). */
+    RESULT_OP_FULL = 1,
+};
+
+/**
+ * @brief Encode the op record \p op of \p op_id as JSON, in the field order
+ *        listed for \p view ("outbox" is "none", "pending" or "sent").
+ * @param op_id  NUL-terminated (borrowed).
+ * @param att    RESULT_OP_FULL: the op's \p n_att attempt records (borrowed;
+ *               may be NULL when n_att is 0); ignored by RESULT_OP_LIVE.
+ * @param out    Out: NUL-terminated JSON without a trailing newline; free()
+ *               it.
+ * @returns DD_OK; DD_ERR_NOMEM.
+ * @locality any thread; pure.
+ */
+dd_err_t result_op_encode(const char *op_id, const struct store_op *op,
+                          const struct store_attempt *att, size_t n_att,
+                          enum result_op_view view, char **out) DD_WUR;
+
+/** @returns "none", "pending" or "sent": the outbox state of \p op (static). */
+const char *result_op_outbox_str(const struct store_op *op);
 
 /**
  * @brief Format \p ms since the epoch as RFC 3339 (section 5.6) UTC with

@@ -2,250 +2,68 @@
 #include "dd.h"
 #include "consumer.h"
 
-#include <jansson.h>
+#include <assert.h>
 #include <librdkafka/rdkafka.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "config.h"
 #include "fetch.h"
 #include "job.h"
 #include "kconf.h"
 #include "key.h"
-#include "http.h"
 #include "log.h"
 #include "metrics.h"
+#include "partitions.h"
 #include "producer.h"
 #include "result.h"
 #include "store.h"
 
-/* ---- per-partition completion tracking ---------------------------------- */
-
-struct track_ent {
-    int64_t offset;
-    bool done;
-};
-
-struct ptrack {
-    uint32_t epoch;       /* bumped at every assignment */
-    bool assigned;
-    bool eof;
-    bool dirty;           /* store_at not yet handed to librdkafka */
-    int64_t store_at;     /* next offset to store (every earlier one done) */
-    struct track_ent *e;
-    size_t head, n, cap;
-};
-
-/* One consumed message whose work is not done yet. */
-struct pmsg {
-    int32_t partition;
-    uint32_t epoch;
-    int64_t offset;
-    struct pmsg *next;    /* waiters of one op */
-};
-
-struct opctx {
-    struct opctx *hnext;
-    char *op_id;
-    struct job *job;
-    uint64_t generation;
-    struct pmsg *msgs;    /* the claiming message and its in-flight duplicates */
-    uint64_t seq;
-    uint32_t base_attempts; /* attempts of earlier generations (from the store) */
-    int64_t not_before_ms;  /* reclaimed retryable op: its stored retry time */
-    bool stored;          /* result committed to the store (lease no longer
-                             needed) */
-    uint64_t ticket;      /* group commit: durable once store_durable()
-                             reaches it */
-    struct opctx *await_next; /* acknowledged, waiting for durability */
-    bool failed;          /* result outcome failed */
-    bool shadow;          /* result outcome shadow */
-    int64_t deadline_ms;  /* of its fetch (absolute) */
-    /* single-flight (DESIGN.md section 5): a leader's transfer serves the
-     * followers waiting on the same resource_key */
-    struct opctx *sf_hnext;     /* leader map chain */
-    struct opctx *sf_followers; /* leader: its waiters */
-    struct opctx *sf_next;      /* follower: next waiter of its leader */
-    bool sf_leading;            /* in the leader map */
-    bool sf_waiting;            /* follower, waiting */
-    struct store_validator *cond; /* validators sent with its request
-                                     (conditional refetch), or NULL */
-    bool no_cond;               /* refetch without validators (a 304 not
-                                   trusted, or its stored body gone) */
-    bool sf_alone;              /* its leader failed transiently: it fetches
-                                   on its own (never chained behind another
-                                   waiter, so every wait stays bounded) */
-};
-
-enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
-
-/* A message to produce, kept until its delivery report (re-sent on failure). */
-struct outmsg {
-    struct outmsg *next;  /* retry list */
-    enum out_kind kind;
-    char *topic;
-    char *key;
-    size_t key_len;
-    char *value;
-    size_t value_len;
-    char *hname[4], *hval[4];
-    size_t n_hdrs;
-    struct opctx *op;     /* OUT_RESULT */
-    struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT */
-    uint64_t seq;         /* OUT_RESULT, OUT_REPLAY */
-    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT */
-    char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */
-    struct outmsg *next_conflict;  /* conflict reports in flight */
-    int64_t retry_at_ms;
-};
-
-struct blocked {
-    struct blocked *next;
-    struct pmsg *pm;
-    struct job *job;
-    int64_t recheck_at_ms;
-};
+#include "consumer_internal.h"
 
 #define OPMAP_BUCKETS 65536
 #define SFMAP_BUCKETS 4096
-#define POLL_BATCH 1024
-#define DLQ_TRUNCATE_BYTES (512 * 1024) /* DLQ prefix kept when refused whole */   /* messages claimed together (one store batch) */
+#define POLL_BATCH 1024 /* messages claimed together (one store batch) */
+#define OFFSETS_CHUNK 256 /* partitions per rd_kafka_offsets_store call */
 
-struct pipeline {
-    const struct cfg *cfg;
-    const struct consumer_opts *opts;
-    struct consumer_stats *st;
-    struct job_conf jconf;
+/* The jobs topic's consumer: librdkafka's rebalance callback reaches the
+ * run through it (its conf opaque). */
+struct consumer {
     rd_kafka_t *rk;
-    struct producer *prod;
-    struct fetch *fetch;
-    struct store *store;
-    struct ptrack *parts;
-    size_t n_parts;
-    struct opctx **opmap;
-    size_t n_ops;
-    struct opctx **sfmap; /* resource_key -> leader fetching it */
-    struct outmsg *retry;
-    struct blocked *blocked;
-    size_t n_blocked;
-    struct outmsg *conflicts_inflight; /* reports not yet acknowledged */
-    size_t pending_out;   /* produced, not yet acknowledged */
-    struct opctx *await;  /* results acknowledged whose completion is not
-                             fsync'd yet (group commit): their offsets wait */
-    bool purging;         /* producer_reset: reports of purged messages */
-    int64_t reset_retry_at_ms; /* producer_reset: not again before */
-    long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
-    int64_t last_activity_ms;
-    int64_t next_renew_ms;
-    int64_t next_gauges_ms;
-    bool assigned_once;
-    bool rechecking;      /* claim() of a held message: already counted */
-    atomic_bool ready;    /* read by the admin listener */
-    struct http *http;
-    struct producer *api_prod; /* POST /v1/jobs, used by the api thread only */
-    bool offsets_dirty;   /* some partition's store_at waits for flush */
-    struct opctx **shadow_pending; /* shadow ops claimed, to complete */
-    size_t n_shadow, cap_shadow;
+    struct pipeline *pl;  /* the run it serves, or NULL outside consumer_run */
 };
 
+/* ---- message tracking (partitions.h) and offsets ------------------------- */
 
-static struct ptrack *track_get(struct pipeline *pl, int32_t partition)
-{
-    if ((size_t)partition >= pl->n_parts) {
-        size_t n = (size_t)partition + 1;
-        pl->parts = realloc(pl->parts, n * sizeof(*pl->parts));
-        if (!pl->parts)
-            abort();
-        memset(pl->parts + pl->n_parts, 0, (n - pl->n_parts) * sizeof(*pl->parts));
-        pl->n_parts = n;
-    }
-    return &pl->parts[partition];
-}
-
-static struct pmsg *track_add(struct pipeline *pl, int32_t partition,
+static struct pmsg *msg_track(struct pipeline *pl, int32_t partition,
                               int64_t offset)
 {
-    struct ptrack *t = track_get(pl, partition);
-    if (t->head > 0 && t->head * 2 >= t->n) {
-        memmove(t->e, t->e + t->head, (t->n - t->head) * sizeof(*t->e));
-        t->n -= t->head;
-        t->head = 0;
-    }
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 1024;
-        t->e = realloc(t->e, t->cap * sizeof(*t->e));
-        if (!t->e)
-            abort();
-    }
-    t->e[t->n].offset = offset;
-    t->e[t->n].done = false;
-    t->n++;
-    struct pmsg *pm = calloc(1, sizeof(*pm));
-    if (!pm)
-        abort();
-    pm->partition = partition;
-    pm->epoch = t->epoch;
-    pm->offset = offset;
+    struct pmsg *pm = dd_xcalloc(1, sizeof(*pm), "message");
+    partitions_track(pl->parts, partition, offset, &pm->m);
     return pm;
 }
 
-/* The work of \p pm is durable and acknowledged: mark it, and store the offset
- * past every leading done message of its partition. */
-static void msg_done(struct pipeline *pl, struct pmsg *pm)
+/* The work of \p pm is durable and acknowledged: its partition's commit
+ * point may move (partitions_done); frees \p pm. */
+void consumer_msg_done(struct pipeline *pl, struct pmsg *pm)
 {
-    struct ptrack *t = track_get(pl, pm->partition);
-    if (pm->epoch == t->epoch && t->assigned) {
-        size_t lo = t->head, hi = t->n;
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (t->e[mid].offset < pm->offset)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < t->n && t->e[lo].offset == pm->offset)
-            t->e[lo].done = true;
-        int64_t store_at = -1;
-        while (t->head < t->n && t->e[t->head].done) {
-            store_at = t->e[t->head].offset + 1;
-            t->head++;
-        }
-        if (store_at >= 0) {
-            t->store_at = store_at;
-            t->dirty = true;
-            pl->offsets_dirty = true;
-        }
-    }
+    partitions_done(pl->parts, &pm->m);
     free(pm);
     pl->last_activity_ms = dd_now_ms();
 }
 
-/* Hand every partition's new store_at to librdkafka in one offsets_store call
- * (once per loop iteration, not per message: a replay storm stores
- * thousands of offsets per batch). */
-static void flush_offsets(struct pipeline *pl)
+/* Hand \p n commit points to librdkafka in one offsets_store call. */
+static void offsets_store(struct pipeline *pl,
+                          const struct partitions_offset *o, size_t n)
 {
-    if (!pl->offsets_dirty)
-        return;
-    pl->offsets_dirty = false;
-    rd_kafka_topic_partition_list_t *l = NULL;
-    for (size_t p = 0; p < pl->n_parts; p++) {
-        struct ptrack *t = &pl->parts[p];
-        if (!t->dirty)
-            continue;
-        t->dirty = false;
-        if (!t->assigned)
-            continue;
-        if (!l)
-            l = rd_kafka_topic_partition_list_new(4);
-        rd_kafka_topic_partition_list_add(l, pl->cfg->topic_jobs, (int32_t)p)
-            ->offset = t->store_at;
-    }
-    if (!l)
-        return;
+    rd_kafka_topic_partition_list_t *l =
+        rd_kafka_topic_partition_list_new((int)n);
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_topic_partition_list_add(l, pl->cfg->topic_jobs,
+                                          o[i].partition)
+            ->offset = o[i].offset;
     rd_kafka_resp_err_t e = rd_kafka_offsets_store(pl->rk, l);
     if (e)
         log_msg(LOG_WARNING, "consumer", "offsets_store: %s",
@@ -258,6 +76,18 @@ static void flush_offsets(struct pipeline *pl)
                     (long long)l->elems[i].offset,
                     rd_kafka_err2str(l->elems[i].err));
     rd_kafka_topic_partition_list_destroy(l);
+}
+
+/* Store every moved commit point (once per loop iteration, not per message:
+ * a replay storm moves thousands of offsets per batch). */
+static void flush_offsets(struct pipeline *pl)
+{
+    struct partitions_offset o[OFFSETS_CHUNK];
+    while (partitions_commit_pending(pl->parts)) {
+        size_t n = partitions_commit_take(pl->parts, o, OFFSETS_CHUNK);
+        if (n)
+            offsets_store(pl, o, n);
+    }
 }
 
 /* ---- op map ------------------------------------------------------------- */
@@ -290,10 +120,8 @@ static struct opctx *op_find_key(struct pipeline *pl, const void *key,
 static struct opctx *op_add(struct pipeline *pl, struct job *job,
                             uint64_t generation, struct pmsg *pm)
 {
-    struct opctx *o = calloc(1, sizeof(*o));
-    if (!o)
-        abort();
-    o->op_id = strdup(job->op_id);
+    struct opctx *o = dd_xcalloc(1, sizeof(*o), "op context");
+    o->op_id = dd_xstrdup(job->op_id, "op context");
     o->job = job;
     o->generation = generation;
     o->msgs = pm;
@@ -305,7 +133,7 @@ static struct opctx *op_add(struct pipeline *pl, struct job *job,
 }
 
 /* Remove \p o from the map, complete its messages and free it. */
-static void op_finish(struct pipeline *pl, struct opctx *o)
+void consumer_op_finish(struct pipeline *pl, struct opctx *o)
 {
     struct opctx **pp = &pl->opmap[op_hash(o->op_id)];
     while (*pp && *pp != o)
@@ -316,220 +144,13 @@ static void op_finish(struct pipeline *pl, struct opctx *o)
     struct pmsg *m = o->msgs;
     while (m) {
         struct pmsg *n = m->next;
-        msg_done(pl, m);
+        consumer_msg_done(pl, m);
         m = n;
     }
     job_destroy(o->job);
     free(o->cond);
     free(o->op_id);
     free(o);
-}
-
-/* ---- producing ------------------------------------------------------------ */
-
-static void out_free(struct outmsg *m)
-{
-    free(m->topic);
-    free(m->key);
-    free(m->value);
-    free(m->op_id);
-    for (size_t i = 0; i < m->n_hdrs; i++) {
-        free(m->hname[i]);
-        free(m->hval[i]);
-    }
-    free(m);
-}
-
-static void out_header(struct outmsg *m, const char *name, const char *value);
-
-static void out_send(struct pipeline *pl, struct outmsg *m)
-{
-    struct producer_header h[5];
-    for (size_t i = 0; i < m->n_hdrs; i++) {
-        h[i].name = m->hname[i];
-        h[i].value = m->hval[i];
-    }
-    char err[DD_ERRSTR_SIZE];
-    for (;;) {
-        dd_err_t e = producer_send(pl->prod, m->topic, m->key, m->key_len,
-                                   m->value, m->value_len, h, m->n_hdrs, m, err,
-                                   sizeof(err));
-        if (e == DD_OK) {
-            pl->pending_out++;
-            return;
-        }
-        if (e == DD_ERR_TRANSIENT) {
-            producer_poll(pl->prod, 50);
-            continue;
-        }
-        if (e == DD_ERR_STATE) {
-            /* the producer is in a fatal state: producer_check recreates it
-             * and the retry list sends this again */
-            m->retry_at_ms = dd_now_ms() + 100;
-            m->next = pl->retry;
-            pl->retry = m;
-            return;
-        }
-        if (m->kind == OUT_DLQ && m->value_len > DLQ_TRUNCATE_BYTES) {
-            /* The broker refuses the original whole: keep a prefix, say so
-             * (size and digest of the original) rather than lose the record. */
-            char note[160], digest[KEY_HEX_LEN + 1];
-            key_sha256_hex(m->value, m->value_len, digest);
-            snprintf(note, sizeof(note), "%zu bytes, sha256 %s", m->value_len,
-                     digest);
-            log_msg(LOG_WARNING, "producer",
-                    "DLQ record refused whole (%s): truncating to %d bytes",
-                    err, DLQ_TRUNCATE_BYTES);
-            m->value_len = DLQ_TRUNCATE_BYTES;
-            out_header(m, "dedupd-truncated", note);
-            for (size_t i = 0; i < m->n_hdrs; i++)
-                h[i] = (struct producer_header){m->hname[i], m->hval[i]};
-            continue;
-        }
-        /* Not sendable (too large for the broker, unknown topic): retry later
-         * so nothing is lost; the error is visible in the log. */
-        log_msg(LOG_ERR, "producer", "%s; retrying in 5 s", err);
-        m->retry_at_ms = dd_now_ms() + 5000;
-        m->next = pl->retry;
-        pl->retry = m;
-        return;
-    }
-}
-
-static struct outmsg *out_new(enum out_kind kind, const char *topic,
-                              const void *key, size_t key_len, const void *value,
-                              size_t value_len)
-{
-    struct outmsg *m = calloc(1, sizeof(*m));
-    if (!m)
-        abort();
-    m->kind = kind;
-    m->topic = strdup(topic);
-    m->key = malloc(key_len + 1);
-    memcpy(m->key, key, key_len);
-    m->key[key_len] = '\0';
-    m->key_len = key_len;
-    m->value = malloc(value_len + 1);
-    memcpy(m->value, value, value_len);
-    m->value[value_len] = '\0';
-    m->value_len = value_len;
-    return m;
-}
-
-static void out_header(struct outmsg *m, const char *name, const char *value)
-{
-    if (m->n_hdrs < 5) {
-        m->hname[m->n_hdrs] = strdup(name);
-        m->hval[m->n_hdrs] = strdup(value);
-        m->n_hdrs++;
-    }
-}
-
-static struct outmsg *result_msg(struct pipeline *pl, enum out_kind kind,
-                                 const char *op_id, const char *event_key,
-                                 uint64_t generation, const void *value,
-                                 size_t len)
-{
-    struct outmsg *m = out_new(kind, pl->cfg->topic_results, event_key,
-                               strlen(event_key), value, len);
-    char gen[32];
-    snprintf(gen, sizeof(gen), "%llu", (unsigned long long)generation);
-    out_header(m, "idempotency-key", event_key);
-    out_header(m, "dedupd-op-id", op_id);
-    out_header(m, "dedupd-generation", gen);
-    return m;
-}
-
-/* Delivery reports arrive through producer_poll on this thread; the callback
- * cannot take the pipeline as an argument, so it is kept here. */
-static struct pipeline *g_pl;
-
-static void dr_cb(void *opaque, dd_err_t err, const char *errtext,
-                  int32_t partition, int64_t offset)
-{
-    struct pipeline *pl = g_pl;
-    struct outmsg *m = opaque;
-    (void)partition;
-    (void)offset;
-    pl->pending_out--;
-    if (err) {
-        if (!pl->purging)
-            log_msg(LOG_WARNING, "producer",
-                    "delivery to %s failed (%s); retrying", m->topic, errtext);
-        m->retry_at_ms = dd_now_ms() + 1000;
-        m->next = pl->retry;
-        pl->retry = m;
-        return;
-    }
-    char e[DD_ERRSTR_SIZE];
-    switch (m->kind) {
-    case OUT_RESULT:
-        if (store_outbox_ack(pl->store, m->seq, m->op->op_id, e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
-        pl->st->results++;
-        metrics_result(m->op->shadow ? METRICS_RESULT_SHADOW
-                       : m->op->failed ? METRICS_RESULT_FAILED
-                                       : METRICS_RESULT_FETCHED);
-        /* The result is on the topic; the op's messages are done once its
-         * completion is on disk too (DESIGN.md section 4: offsets only
-         * after the batch is durable). */
-        if (store_durable(pl->store) >= m->op->ticket) {
-            op_finish(pl, m->op);
-        } else {
-            m->op->await_next = pl->await;
-            pl->await = m->op;
-        }
-        break;
-    case OUT_REPLAY:
-        if (store_outbox_ack(pl->store, m->seq, m->op_id, e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
-        pl->st->results++;
-        metrics_add(METRICS_OUTBOX_REPLAYED, 1);
-        break;
-    case OUT_DLQ:
-        metrics_add(METRICS_DLQ, 1);
-        msg_done(pl, m->msg);
-        break;
-    case OUT_CONFLICT: {
-        metrics_add(METRICS_CONFLICTS_REPORTED, 1);
-        bool first;
-        if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
-                                e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
-        struct outmsg **pp = &pl->conflicts_inflight;
-        while (*pp && *pp != m)
-            pp = &(*pp)->next_conflict;
-        if (*pp)
-            *pp = m->next_conflict;
-        msg_done(pl, m->msg);
-    }
-        break;
-    }
-    out_free(m);
-}
-
-static void retry_due(struct pipeline *pl)
-{
-    int64_t now = dd_now_ms();
-    struct outmsg **pp = &pl->retry;
-    while (*pp) {
-        struct outmsg *m = *pp;
-        if (m->retry_at_ms <= now) {
-            *pp = m->next;
-            m->next = NULL;
-            out_send(pl, m);
-        } else
-            pp = &m->next;
-    }
-}
-
-static bool conflict_inflight(struct pipeline *pl, const char *op_id,
-                              const char *hash)
-{
-    for (struct outmsg *m = pl->conflicts_inflight; m; m = m->next_conflict)
-        if (!strcmp(m->op_id, op_id) && !strcmp(m->hash, hash))
-            return true;
-    return false;
 }
 
 /* ---- the claim path ------------------------------------------------------- */
@@ -552,16 +173,18 @@ static void send_dlq(struct pipeline *pl, const rd_kafka_message_t *rkm,
         key = source;
         key_len = strlen(source);
     }
-    struct outmsg *m = out_new(OUT_DLQ, pl->cfg->topic_dlq, key, key_len,
-                               rkm->payload ? rkm->payload : "", rkm->len);
-    out_header(m, "dedupd-error", reason);
-    out_header(m, "dedupd-source", source);
+    struct outmsg *m =
+        consumer_out_new(pl, OUT_DLQ, pl->cfg->topic_dlq, key, key_len,
+                         rkm->payload ? rkm->payload : "", rkm->len);
+    consumer_out_header(m, "dedupd-error", reason);
+    consumer_out_header(m, "dedupd-source", source);
     m->msg = pm;
-    struct log_ctx lc = {pl->cfg->topic_jobs, rkm->partition, rkm->offset, NULL};
+    struct log_ctx lc = {pl->cfg->topic_jobs, rkm->partition, rkm->offset,
+                         NULL};
     log_ctx_msg(LOG_NOTICE, "consumer", &lc, "job to the DLQ: %s", reason);
     pl->st->invalid++;
     metrics_job(METRICS_JOB_INVALID);
-    out_send(pl, m);
+    consumer_out_send(pl, m);
 }
 
 static size_t sf_hash(const char *resource_key)
@@ -628,6 +251,111 @@ static bool etag_weak_match(const char *a, const char *b)
     return !strcmp(a, b);
 }
 
+/* Single-flight (DESIGN.md section 5): does \p o wait for a leader already
+ * fetching its resource?  If so it is queued behind that leader; if no one
+ * fetches it yet, \p o becomes the leader.  @returns true when it waits. */
+static bool sf_join(struct pipeline *pl, struct opctx *o)
+{
+    const struct job *j = o->job;
+    if (!pl->sfmap || o->sf_alone || !sf_eligible(j))
+        return false;
+    struct opctx *lead = pl->sfmap[sf_hash(j->resource_key)];
+    while (lead && strcmp(lead->job->resource_key, j->resource_key))
+        lead = lead->sf_hnext;
+    /* The wait is bounded: only behind a leader whose fetch ends (at its
+     * deadline at the latest) before this op's own deadline. */
+    if (lead && lead->deadline_ms <= o->deadline_ms) {
+        o->sf_waiting = true;
+        o->sf_next = lead->sf_followers;
+        lead->sf_followers = o;
+        pl->st->single_flight++;
+        metrics_add(METRICS_SINGLE_FLIGHT, 1);
+        return true;
+    }
+    if (!lead) {
+        size_t b = sf_hash(j->resource_key);
+        o->sf_hnext = pl->sfmap[b];
+        pl->sfmap[b] = o;
+        o->sf_leading = true;
+    }
+    return false;
+}
+
+/* Conditional refetch: load the stored validators of \p o's resource, once
+ * (a refetch without validators keeps none). */
+static void cond_load(struct pipeline *pl, struct opctx *o)
+{
+    const struct job *j = o->job;
+    if (o->no_cond || o->cond || !cond_eligible(j))
+        return;
+    struct store_validator v;
+    bool found = false;
+    char e[DD_ERRSTR_SIZE];
+    if (store_validator_get(pl->store, j->resource_key, dd_now_ms(), &v,
+                            &found, e, sizeof(e)))
+        log_msg(LOG_WARNING, "store", "validators: %s", e);
+    else if (found && (v.etag[0] || v.last_modified[0])) {
+        o->cond = dd_xmalloc(sizeof(*o->cond), "validators");
+        *o->cond = v;
+    }
+}
+
+/* The request headers of \p o (borrowed from its job and validators), plus
+ * If-None-Match / If-Modified-Since of a conditional refetch.  *n: count;
+ * free() the array. */
+static struct fetch_header *fetch_headers(const struct opctx *o, size_t *n)
+{
+    const struct job *j = o->job;
+    struct fetch_header *h =
+        dd_xcalloc(j->req.n_headers + 3, sizeof(*h), "fetch headers");
+    size_t nh = j->req.n_headers;
+    for (size_t i = 0; i < nh; i++) {
+        h[i].name = j->req.headers[i].name;
+        h[i].value = j->req.headers[i].value;
+    }
+    if (o->cond && !o->no_cond) {
+        if (o->cond->etag[0])
+            h[nh++] = (struct fetch_header){"If-None-Match", o->cond->etag};
+        if (o->cond->last_modified[0])
+            h[nh++] = (struct fetch_header){"If-Modified-Since",
+                                            o->cond->last_modified};
+    }
+    *n = nh;
+    return h;
+}
+
+/* A workflow's steps for the engine, with their headers (borrowed from the
+ * job); fetch_steps_free() them. */
+static struct fetch_step *fetch_steps(const struct job *j)
+{
+    struct fetch_step *steps =
+        dd_xcalloc(j->n_steps + 1, sizeof(*steps), "fetch steps");
+    for (size_t s = 0; s < j->n_steps; s++) {
+        const struct job_request *jr = &j->steps[s];
+        struct fetch_header *sh =
+            dd_xcalloc(jr->n_headers + 1, sizeof(*sh), "fetch steps");
+        for (size_t i = 0; i < jr->n_headers; i++) {
+            sh[i].name = jr->headers[i].name;
+            sh[i].value = jr->headers[i].value;
+        }
+        steps[s] = (struct fetch_step){
+            .url = jr->url, .method = jr->method, .headers = sh,
+            .n_headers = jr->n_headers, .body = jr->body,
+            .body_len = jr->body_len,
+        };
+    }
+    return steps;
+}
+
+static void fetch_steps_free(struct fetch_step *steps, size_t n)
+{
+    for (size_t s = 0; s < n; s++)
+        free((void *)steps[s].headers);
+    free(steps);
+}
+
+/* Hand \p o to the fetch engine, or queue it behind the single-flight
+ * leader fetching the same resource. */
 static void start_fetch(struct pipeline *pl, struct opctx *o)
 {
     const struct job *j = o->job;
@@ -640,76 +368,12 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
             t0 = o->not_before_ms;
         o->deadline_ms = t0 + budget0;
     }
-    if (pl->sfmap && !o->sf_alone && sf_eligible(j)) {
-        struct opctx *lead = pl->sfmap[sf_hash(j->resource_key)];
-        while (lead && strcmp(lead->job->resource_key, j->resource_key))
-            lead = lead->sf_hnext;
-        /* The wait is bounded: only behind a leader whose fetch ends (at
-         * its deadline at the latest) before this op's own deadline. */
-        if (lead && lead->deadline_ms <= o->deadline_ms) {
-            o->sf_waiting = true;
-            o->sf_next = lead->sf_followers;
-            lead->sf_followers = o;
-            pl->st->single_flight++;
-            metrics_add(METRICS_SINGLE_FLIGHT, 1);
-            return;
-        }
-        if (!lead) {
-            size_t b = sf_hash(j->resource_key);
-            o->sf_hnext = pl->sfmap[b];
-            pl->sfmap[b] = o;
-            o->sf_leading = true;
-        }
-    }
-    struct fetch_header *h = calloc(j->req.n_headers + 3, sizeof(*h));
-    if (!h)
-        abort();
-    size_t nh = j->req.n_headers;
-    for (size_t i = 0; i < nh; i++) {
-        h[i].name = j->req.headers[i].name;
-        h[i].value = j->req.headers[i].value;
-    }
-    if (!o->no_cond && !o->cond && cond_eligible(j)) {
-        struct store_validator v;
-        bool found = false;
-        char e[DD_ERRSTR_SIZE];
-        if (store_validator_get(pl->store, j->resource_key, dd_now_ms(), &v,
-                                &found, e, sizeof(e)))
-            log_msg(LOG_WARNING, "store", "validators: %s", e);
-        else if (found && (v.etag[0] || v.last_modified[0])) {
-            o->cond = malloc(sizeof(*o->cond));
-            if (!o->cond)
-                abort();
-            *o->cond = v;
-        }
-    }
-    if (o->cond && !o->no_cond) {
-        if (o->cond->etag[0])
-            h[nh++] = (struct fetch_header){"If-None-Match", o->cond->etag};
-        if (o->cond->last_modified[0])
-            h[nh++] = (struct fetch_header){"If-Modified-Since",
-                                            o->cond->last_modified};
-    }
-    /* A workflow: every step, with its headers (borrowed from the job). */
-    struct fetch_step *steps = calloc(j->n_steps + 1, sizeof(*steps));
-    struct fetch_header **sh = calloc(j->n_steps + 1, sizeof(*sh));
-    if (!h || !steps || !sh)
-        abort(); /* out of memory */
-    for (size_t s = 0; s < j->n_steps; s++) {
-        const struct job_request *jr = &j->steps[s];
-        sh[s] = calloc(jr->n_headers + 1, sizeof(**sh));
-        if (!sh[s])
-            abort();
-        for (size_t i = 0; i < jr->n_headers; i++) {
-            sh[s][i].name = jr->headers[i].name;
-            sh[s][i].value = jr->headers[i].value;
-        }
-        steps[s] = (struct fetch_step){
-            .url = jr->url, .method = jr->method, .headers = sh[s],
-            .n_headers = jr->n_headers, .body = jr->body,
-            .body_len = jr->body_len,
-        };
-    }
+    if (sf_join(pl, o))
+        return;
+    cond_load(pl, o);
+    size_t nh;
+    struct fetch_header *h = fetch_headers(o, &nh);
+    struct fetch_step *steps = fetch_steps(j);
     struct fetch_req req = {
         .url = j->req.url,
         .method = j->req.method,
@@ -728,162 +392,182 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
         .not_before_ms = o->not_before_ms,
     };
     if (fetch_submit(pl->fetch, &req))
-        abort(); /* out of memory */
+        dd_oom("fetch request"); /* its only error */
     o->not_before_ms = 0; /* a later fetch of this op (a refetch) resumes nothing */
-    for (size_t s = 0; s < j->n_steps; s++)
-        free(sh[s]);
-    free(sh);
-    free(steps);
+    fetch_steps_free(steps, j->n_steps);
     free(h);
 }
 
-/* Claim \p job for message \p pm and act on the answer.  Takes ownership of
- * \p job and \p pm. */
-static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
-                        const char *source, dd_err_t err, const char *errtext,
-                        enum store_claim_result res, struct store_op op)
+/* Hold \p pm (with \p job) and claim it again at \p recheck_at_ms. */
+static void hold(struct pipeline *pl, struct job *job, struct pmsg *pm,
+                 int64_t recheck_at_ms)
+{
+    struct blocked *b = dd_xcalloc(1, sizeof(*b), "held message");
+    b->pm = pm;
+    b->job = job;
+    b->recheck_at_ms = recheck_at_ms;
+    b->next = pl->blocked;
+    pl->blocked = b;
+    pl->n_blocked++;
+}
+
+/* NEW or RECLAIMED: the op is ours.  Track it and fetch it (or, in shadow
+ * mode, complete it with the others of this loop: one batch, one sync). */
+static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
+                      enum store_claim_result res, const struct store_op *op,
+                      const struct log_ctx *lc)
+{
+    if (res == STORE_CLAIM_NEW) {
+        pl->st->new_ops++;
+        metrics_job(METRICS_JOB_NEW);
+    } else {
+        pl->st->reclaimed++;
+        metrics_job(METRICS_JOB_RECLAIMED);
+        metrics_add(METRICS_LEASE_RECOVERIES, 1);
+        log_ctx_msg(LOG_NOTICE, "consumer", lc,
+                    "reclaimed op at generation %llu",
+                    (unsigned long long)op->generation);
+    }
+    struct opctx *o = op_add(pl, job, op->generation, pm);
+    o->base_attempts = op->attempts;
+    /* a reclaimed retryable op: its first attempt resumes the wait */
+    if (op->state == STORE_OP_RETRYABLE)
+        o->not_before_ms = op->not_before_ms > 0 ? op->not_before_ms : 1;
+    if (op->state == STORE_OP_RETRYABLE && op->not_before_ms > dd_now_ms())
+        log_ctx_msg(LOG_NOTICE, "consumer", lc,
+                    "op was retryable: its next attempt waits %lld ms "
+                    "(the stored retry time)",
+                    (long long)(op->not_before_ms - dd_now_ms()));
+    o->shadow = pl->opts->shadow;
+    if (!pl->opts->shadow) {
+        start_fetch(pl, o);
+        return;
+    }
+    if (pl->n_shadow == pl->cap_shadow) {
+        pl->cap_shadow = pl->cap_shadow ? 2 * pl->cap_shadow : 256;
+        pl->shadow_pending =
+            dd_xrealloc(pl->shadow_pending,
+                        pl->cap_shadow * sizeof(*pl->shadow_pending),
+                        "shadow ops");
+    }
+    pl->shadow_pending[pl->n_shadow++] = o;
+}
+
+/* CONFLICT: same op_id, another request.  Report it to the conflicts topic
+ * once: not if already reported (marked after the broker's
+ * acknowledgement), nor while a report of the same pair is in flight; a
+ * crash between acknowledgement and mark reports it again. */
+static void claim_conflict(struct pipeline *pl, struct job *job,
+                           struct pmsg *pm, const char *source,
+                           const struct store_op *op, const struct log_ctx *lc)
 {
     char e[DD_ERRSTR_SIZE];
-    struct log_ctx lc = {pl->cfg->topic_jobs, pm->partition, pm->offset,
-                         job->op_id};
-    if (err) {
-        snprintf(e, sizeof(e), "%s", errtext);
-        /* Storage trouble: hold the message and try again shortly; its offset
-         * stays uncommitted. */
-        log_ctx_msg(LOG_ERR, "store", &lc, "%s; retrying", e);
-        struct blocked *b = calloc(1, sizeof(*b));
-        b->pm = pm;
-        b->job = job;
-        b->recheck_at_ms = dd_now_ms() + 1000;
-        b->next = pl->blocked;
-        pl->blocked = b;
-        pl->n_blocked++;
-        return;
+    pl->st->conflicts++;
+    metrics_job(METRICS_JOB_CONFLICT);
+    bool reported = false;
+    if (store_conflict_reported(pl->store, job->op_id, job->request_hash,
+                                dd_now_ms(), &reported, e, sizeof(e))) {
+        log_ctx_msg(LOG_ERR, "store", lc, "%s", e);
+        reported = false; /* better reported twice than never */
     }
-    switch (res) {
-    case STORE_CLAIM_NEW:
-    case STORE_CLAIM_RECLAIMED: {
-        if (res == STORE_CLAIM_NEW) {
-            pl->st->new_ops++;
-            metrics_job(METRICS_JOB_NEW);
-        } else {
-            pl->st->reclaimed++;
-            metrics_job(METRICS_JOB_RECLAIMED);
-            metrics_add(METRICS_LEASE_RECOVERIES, 1);
-            log_ctx_msg(LOG_NOTICE, "consumer", &lc,
-                        "reclaimed op at generation %llu",
-                        (unsigned long long)op.generation);
-        }
-        struct opctx *o = op_add(pl, job, op.generation, pm);
-        o->base_attempts = op.attempts;
-        /* a reclaimed retryable op: its first attempt resumes the wait */
-        if (op.state == STORE_OP_RETRYABLE)
-            o->not_before_ms = op.not_before_ms > 0 ? op.not_before_ms : 1;
-        if (op.state == STORE_OP_RETRYABLE && op.not_before_ms > dd_now_ms())
-            log_ctx_msg(LOG_NOTICE, "consumer", &lc,
-                        "op was retryable: its next attempt waits %lld ms "
-                        "(the stored retry time)",
-                        (long long)(op.not_before_ms - dd_now_ms()));
-        o->shadow = pl->opts->shadow;
-        if (pl->opts->shadow) {
-            /* completed with the others of this loop (one batch, one sync) */
-            if (pl->n_shadow == pl->cap_shadow) {
-                pl->cap_shadow = pl->cap_shadow ? 2 * pl->cap_shadow : 256;
-                pl->shadow_pending = realloc(pl->shadow_pending,
-                                             pl->cap_shadow *
-                                                 sizeof(*pl->shadow_pending));
-                if (!pl->shadow_pending)
-                    abort();
-            }
-            pl->shadow_pending[pl->n_shadow++] = o;
-        } else
-            start_fetch(pl, o);
-        return;
-    }
-    case STORE_CLAIM_CONFLICT: {
-        pl->st->conflicts++;
-        metrics_job(METRICS_JOB_CONFLICT);
-        /* Report once: not if already reported (marked after the broker's
-         * acknowledgement), nor while a report of the same pair is in flight;
-         * a crash between acknowledgement and mark reports it again. */
-        bool reported = false;
-        if (store_conflict_reported(pl->store, job->op_id, job->request_hash,
-                                    dd_now_ms(), &reported, e, sizeof(e))) {
-            log_ctx_msg(LOG_ERR, "store", &lc, "%s", e);
-            reported = false; /* better reported twice than never */
-        }
-        if (!reported && conflict_inflight(pl, job->op_id, job->request_hash))
-            reported = true;
-        bool first = !reported;
-        log_ctx_msg(LOG_NOTICE, "consumer", &lc,
-                    "conflict: request_hash %.12s differs from %.12s (first "
-                    "seen at %s)%s",
-                    job->request_hash, op.request_hash, op.source,
-                    first ? "" : "; already reported");
-        if (!first) {
-            job_destroy(job);
-            msg_done(pl, pm);
-            return;
-        }
-        pl->st->conflicts_reported++;
-        char *v;
-        size_t vlen;
-        if (result_conflict_encode(job->op_id, op.request_hash, op.source,
-                                   job->request_hash, source, &v, &vlen))
-            abort();
-        struct outmsg *m = out_new(OUT_CONFLICT, pl->cfg->topic_conflicts,
-                                   job->op_id, strlen(job->op_id), v, vlen);
-        free(v);
-        out_header(m, "dedupd-op-id", job->op_id);
-        m->msg = pm;
-        m->op_id = strdup(job->op_id);
-        snprintf(m->hash, sizeof(m->hash), "%s", job->request_hash);
-        m->next_conflict = pl->conflicts_inflight;
-        pl->conflicts_inflight = m;
+    if (!reported &&
+        consumer_out_conflict_inflight(pl, job->op_id, job->request_hash))
+        reported = true;
+    bool first = !reported;
+    log_ctx_msg(LOG_NOTICE, "consumer", lc,
+                "conflict: request_hash %.12s differs from %.12s (first "
+                "seen at %s)%s",
+                job->request_hash, op->request_hash, op->source,
+                first ? "" : "; already reported");
+    if (!first) {
         job_destroy(job);
-        out_send(pl, m);
+        consumer_msg_done(pl, pm);
         return;
     }
-    case STORE_CLAIM_DUPLICATE:
-        break;
-    }
-    if ((op.state == STORE_OP_COMPLETE || op.state == STORE_OP_FAILED) &&
-        !op_find(pl, job->op_id)) {
+    pl->st->conflicts_reported++;
+    char *v;
+    size_t vlen;
+    if (result_conflict_encode(job->op_id, op->request_hash, op->source,
+                               job->request_hash, source, &v, &vlen))
+        dd_oom("conflict record");
+    struct outmsg *m =
+        consumer_out_new(pl, OUT_CONFLICT, pl->cfg->topic_conflicts,
+                         job->op_id, strlen(job->op_id), v, vlen);
+    free(v);
+    consumer_out_header(m, "dedupd-op-id", job->op_id);
+    m->msg = pm;
+    m->op_id = dd_xstrdup(job->op_id, "conflict record");
+    snprintf(m->hash, sizeof(m->hash), "%s", job->request_hash);
+    m->next_conflict = pl->conflicts_inflight;
+    pl->conflicts_inflight = m;
+    job_destroy(job);
+    consumer_out_send(pl, m);
+}
+
+/* DUPLICATE: of a finished op, the message is done; of an op in flight, it
+ * waits for that op's result (DESIGN.md section 4, "in flight is not done"):
+ * with the op when this run fetches it, else held and claimed again until
+ * it finishes or its lease expires (then this worker reclaims it). */
+static void claim_duplicate(struct pipeline *pl, struct job *job,
+                            struct pmsg *pm, const struct store_op *op,
+                            const struct log_ctx *lc)
+{
+    struct opctx *o = op_find(pl, job->op_id);
+    if ((op->state == STORE_OP_COMPLETE || op->state == STORE_OP_FAILED) &&
+        !o) {
         /* The result is durable in the store (acknowledged, or in the outbox
          * that is replayed until acknowledged).  While this run still tracks
          * the op (its completion not fsync'd yet, or its result not
          * acknowledged), the message waits with the op's own, below. */
         pl->st->duplicates++;
         metrics_job(METRICS_JOB_DUPLICATE);
-        log_ctx_msg(LOG_DEBUG, "consumer", &lc, "duplicate of a %s op",
-                    store_op_state2str(op.state));
+        log_ctx_msg(LOG_DEBUG, "consumer", lc, "duplicate of a %s op",
+                    store_op_state2str(op->state));
         job_destroy(job);
-        msg_done(pl, pm);
+        consumer_msg_done(pl, pm);
         return;
     }
-    /* In flight: the message waits for that op's result (DESIGN.md section 4,
-     * "in flight is not done"). */
     if (!pl->rechecking) {
         pl->st->duplicates_inflight++;
         metrics_job(METRICS_JOB_DUPLICATE_INFLIGHT);
     }
-    struct opctx *o = op_find(pl, job->op_id);
     if (o) {
         pm->next = o->msgs;
         o->msgs = pm;
         job_destroy(job);
         return;
     }
-    /* Leased by another owner: check again until it finishes or the lease
-     * expires (then this worker reclaims it). */
-    struct blocked *b = calloc(1, sizeof(*b));
-    b->pm = pm;
-    b->job = job;
-    int64_t wait = op.lease_expires_at_ms - dd_now_ms();
-    b->recheck_at_ms = dd_now_ms() + (wait > 0 && wait < 1000 ? wait : 1000);
-    b->next = pl->blocked;
-    pl->blocked = b;
-    pl->n_blocked++;
+    int64_t wait = op->lease_expires_at_ms - dd_now_ms();
+    hold(pl, job, pm, dd_now_ms() + (wait > 0 && wait < 1000 ? wait : 1000));
+}
+
+/* Act on the claim of \p job for message \p pm (\p err, \p res, \p op: the
+ * store's answer).  Takes ownership of \p job and \p pm. */
+static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
+                        const char *source, dd_err_t err, const char *errtext,
+                        enum store_claim_result res, struct store_op op)
+{
+    struct log_ctx lc = {pl->cfg->topic_jobs, pm->m.partition, pm->m.offset,
+                         job->op_id};
+    if (err) {
+        /* Storage trouble: hold the message and try again shortly; its offset
+         * stays uncommitted. */
+        log_ctx_msg(LOG_ERR, "store", &lc, "%s; retrying", errtext);
+        hold(pl, job, pm, dd_now_ms() + 1000);
+        return;
+    }
+    switch (res) {
+    case STORE_CLAIM_NEW:
+    case STORE_CLAIM_RECLAIMED:
+        claim_won(pl, job, pm, res, &op, &lc);
+        return;
+    case STORE_CLAIM_CONFLICT:
+        claim_conflict(pl, job, pm, source, &op, &lc);
+        return;
+    case STORE_CLAIM_DUPLICATE:
+        claim_duplicate(pl, job, pm, &op, &lc);
+        return;
+    }
 }
 
 /* Claim one job (the slow path: held messages).  Takes ownership of \p job
@@ -914,8 +598,8 @@ static void recheck_blocked(struct pipeline *pl)
         *pp = b->next;
         pl->n_blocked--;
         char source[STORE_SOURCE_MAX + 1];
-        source_of(pl->cfg->topic_jobs, b->pm->partition, b->pm->offset, source,
-                  sizeof(source));
+        source_of(pl->cfg->topic_jobs, b->pm->m.partition, b->pm->m.offset,
+                  source, sizeof(source));
         struct job *job = b->job;
         struct pmsg *pm = b->pm;
         free(b);
@@ -977,20 +661,10 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         pl->st->fast_path++;
         metrics_job(METRICS_JOB_DUPLICATE);
         metrics_add(METRICS_FAST_PATH_DECISIONS, 1);
-        struct ptrack *t = track_get(pl, rkm->partition);
-        if (t->head == t->n) {
-            /* Nothing of this partition is outstanding: the offset moves
-             * on at once, with no tracking entry (the replay-storm path). */
-            if (t->assigned) {
-                t->store_at = rkm->offset + 1;
-                t->dirty = true;
-                pl->offsets_dirty = true;
-            }
-        } else
-            msg_done(pl, track_add(pl, rkm->partition, rkm->offset));
+        partitions_decided(pl->parts, rkm->partition, rkm->offset);
         return false;
     }
-    struct pmsg *pm = track_add(pl, rkm->partition, rkm->offset);
+    struct pmsg *pm = msg_track(pl, rkm->partition, rkm->offset);
     char e[DD_ERRSTR_SIZE];
     struct job *job = NULL;
     if (!rkm->payload || rkm->len == 0) {
@@ -1042,19 +716,19 @@ static void completed(struct pipeline *pl, struct opctx *o,
     if (req->err == DD_ERR_STATE) {
         log_ctx_msg(LOG_WARNING, "store", &lc, "result dropped: %s",
                     req->errstr);
-        op_finish(pl, o);
+        consumer_op_finish(pl, o);
     } else if (req->err) {
         log_ctx_msg(LOG_ERR, "store", &lc, "%s", req->errstr);
     } else {
         o->seq = req->seq;
         o->ticket = req->ticket;
         o->stored = true;
-        struct outmsg *m = result_msg(pl, OUT_RESULT, o->op_id,
-                                      o->job->event_key, o->generation, value,
-                                      value_len);
+        struct outmsg *m =
+            consumer_out_result(pl, OUT_RESULT, o->op_id, o->job->event_key,
+                                o->generation, value, value_len);
         m->op = o;
         m->seq = req->seq;
-        out_send(pl, m);
+        consumer_out_send(pl, m);
     }
 }
 
@@ -1066,18 +740,17 @@ static void shadow_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_shadow = 0;
-    struct store_complete_req *req = calloc(n, sizeof(*req));
-    char **v = calloc(n, sizeof(*v));
-    size_t *vlen = calloc(n, sizeof(*vlen));
-    if (!req || !v || !vlen)
-        abort();
+    struct store_complete_req *req =
+        dd_xcalloc(n, sizeof(*req), "shadow batch");
+    char **v = dd_xcalloc(n, sizeof(*v), "shadow batch");
+    size_t *vlen = dd_xcalloc(n, sizeof(*vlen), "shadow batch");
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = pl->shadow_pending[i];
         const char *outcome;
         if (result_encode(o->job, NULL, o->generation,
                           (size_t)pl->cfg->limits_max_result_bytes, &v[i],
                           &vlen[i], &outcome))
-            abort();
+            dd_oom("shadow result");
         req[i] = (struct store_complete_req){
             .op_id = o->op_id,
             .generation = o->generation,
@@ -1103,10 +776,8 @@ static void shadow_flush(struct pipeline *pl)
  * WriteBatch), then act on each answer in consumption order. */
 static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t n)
 {
-    struct item *items = calloc(n, sizeof(*items));
-    struct store_claim_req *reqs = calloc(n, sizeof(*reqs));
-    if (!items || !reqs)
-        abort();
+    struct item *items = dd_xcalloc(n, sizeof(*items), "poll batch");
+    struct store_claim_req *reqs = dd_xcalloc(n, sizeof(*reqs), "poll batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (admit(pl, rkms[i], &items[k]))
@@ -1163,6 +834,7 @@ static void attempt_record(struct store_attempt *sa,
  * only fields of \p req_opaque fixed before fetch_submit; the store is
  * thread-safe (per-op stripes).  A failure is logged: the completion's
  * fencing still decides.
+ * @locality fetch engine thread.
  */
 static void on_fetch_retry(void *arg, void *req_opaque,
                            enum fetch_retry_event ev, int64_t not_before_ms,
@@ -1213,7 +885,7 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
     if (result_encode(o->job, r, o->generation,
                       (size_t)pl->cfg->limits_max_result_bytes, &f->value,
                       &f->value_len, &outcome))
-        abort();
+        dd_oom("result");
     bool failed = strcmp(outcome, "fetched") && strcmp(outcome, "not_modified");
     o->failed = failed;
     metrics_observe(METRICS_JOB_ATTEMPTS, shared ? 0.0 : (double)r->attempts);
@@ -1229,9 +901,7 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
     }
     size_t n_log = shared ? 0 : r->n_attempt_log;
     if (n_log) {
-        f->attempts = calloc(n_log, sizeof(*f->attempts));
-        if (!f->attempts)
-            abort();
+        f->attempts = dd_xcalloc(n_log, sizeof(*f->attempts), "attempt log");
         for (size_t i = 0; i < n_log; i++)
             attempt_record(&f->attempts[i], &r->attempt_log[i],
                            o->base_attempts + (uint32_t)(i + 1), o->generation);
@@ -1294,11 +964,11 @@ static bool cond_apply(struct pipeline *pl, struct opctx *o,
     r->body = body;
     r->body_len = len;
     if (!r->content_type && v->content_type[0])
-        r->content_type = strdup(v->content_type);
+        r->content_type = dd_xstrdup(v->content_type, "stored headers");
     if (!r->etag && v->etag[0])
-        r->etag = strdup(v->etag);
+        r->etag = dd_xstrdup(v->etag, "stored headers");
     if (!r->last_modified && v->last_modified[0])
-        r->last_modified = strdup(v->last_modified);
+        r->last_modified = dd_xstrdup(v->last_modified, "stored headers");
     pl->st->not_modified++;
     return true;
 }
@@ -1353,10 +1023,9 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     }
     if (!total)
         return;
-    struct fetched *f = calloc(total, sizeof(*f));
-    struct store_complete_req *req = calloc(total, sizeof(*req));
-    if (!f || !req)
-        abort();
+    struct fetched *f = dd_xcalloc(total, sizeof(*f), "completion batch");
+    struct store_complete_req *req =
+        dd_xcalloc(total, sizeof(*req), "completion batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = rs[i]->opaque;
@@ -1415,12 +1084,12 @@ static int replay_cb(void *opaque, uint64_t seq, const char *op_id,
                      const void *value, size_t value_len)
 {
     struct pipeline *pl = opaque;
-    struct outmsg *m = result_msg(pl, OUT_REPLAY, op_id, event_key, generation,
-                                  value, value_len);
+    struct outmsg *m = consumer_out_result(pl, OUT_REPLAY, op_id, event_key,
+                                           generation, value, value_len);
     m->seq = seq;
-    m->op_id = strdup(op_id);
+    m->op_id = dd_xstrdup(op_id, "outbox replay");
     pl->st->replayed_outbox++;
-    out_send(pl, m);
+    consumer_out_send(pl, m);
     return 0;
 }
 
@@ -1448,249 +1117,77 @@ static void renew_leases(struct pipeline *pl)
 
 /* ---- rebalance ------------------------------------------------------------ */
 
+/* The partition ids of \p parts (librdkafka's list) for partitions.h. */
+static int32_t *partition_ids(const rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = dd_xcalloc((size_t)parts->cnt + 1, sizeof(*ids),
+                              "rebalance");
+    for (int i = 0; i < parts->cnt; i++)
+        ids[i] = parts->elems[i].partition;
+    return ids;
+}
+
+/* Carry out partitions.h's decision on an assignment. */
+static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
+                      rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = partition_ids(parts);
+    struct partitions_plan plan;
+    partitions_assign(pl->parts, ids, (size_t)parts->cnt, &plan);
+    log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
+    rd_kafka_assign(rk, parts);
+    if (plan.ready) {
+        if (pl->api)
+            api_ready_set(pl->api, true);
+        metrics_gauge_set(METRICS_READY, 1);
+    }
+    partitions_plan_fini(&plan);
+    free(ids);
+}
+
+/* Carry out partitions.h's decision on a revocation: store and commit what
+ * is done; work still in flight for these partitions finishes (its result
+ * is published) but its offsets are no longer ours to store: the next owner
+ * sees a duplicate. */
+static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
+                      rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = partition_ids(parts);
+    struct partitions_plan plan;
+    partitions_revoke(pl->parts, ids, (size_t)parts->cnt, &plan);
+    if (plan.n_store)
+        offsets_store(pl, plan.store, plan.n_store);
+    if (plan.commit)
+        rd_kafka_commit(rk, NULL, 0);
+    log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
+    if (plan.n_void)
+        log_msg(LOG_INFO, "consumer",
+                "%zu messages of the revoked partitions are still in flight: "
+                "their results are published, their offsets left to the "
+                "next owner", plan.n_void);
+    rd_kafka_assign(rk, NULL);
+    partitions_plan_fini(&plan);
+    free(ids);
+}
+
+/* librdkafka's rebalance callback (eager assignors).
+ * @locality pipeline thread (inside rd_kafka_consumer_poll and
+ * rd_kafka_consumer_close). */
 static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
-    struct pipeline *pl = opaque;
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        for (int i = 0; i < parts->cnt; i++) {
-            struct ptrack *t = track_get(pl, parts->elems[i].partition);
-            t->epoch++;
-            t->assigned = true;
-            t->eof = false;
-            t->dirty = false;
-            t->head = t->n = 0;
-        }
-        log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
-        pl->assigned_once = true;
-        rd_kafka_assign(rk, parts);
-        atomic_store(&pl->ready, true);
-        metrics_gauge_set(METRICS_READY, 1);
-    } else {
-        /* Commit what is stored; work still in flight for these partitions
-         * finishes (its result is published) but its offsets are no longer
-         * ours to store: the next owner sees a duplicate. */
-        flush_offsets(pl);
-        rd_kafka_commit(rk, NULL, 0);
-        for (int i = 0; i < parts->cnt; i++) {
-            struct ptrack *t = track_get(pl, parts->elems[i].partition);
-            t->assigned = false;
-            t->epoch++;
-        }
-        log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
-        rd_kafka_assign(rk, NULL);
+    struct consumer *c = opaque;
+    struct pipeline *pl = c->pl;
+    if (!pl) { /* outside a run: follow the group, decide nothing */
+        rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS
+                                ? parts : NULL);
+        return;
     }
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+        on_assign(pl, rk, parts);
+    else
+        on_revoke(pl, rk, parts);
     pl->last_activity_ms = dd_now_ms();
-}
-
-/* ---- HTTP callbacks and gauges (admin and api listener threads) ---------- */
-
-static bool http_ready(void *opaque, char *reason, size_t size)
-{
-    struct pipeline *pl = opaque;
-    if (atomic_load(&pl->ready))
-        return true;
-    snprintf(reason, size, "not consuming: waiting for partitions of %s",
-             pl->cfg->topic_jobs);
-    return false;
-}
-
-static int http_op(void *opaque, const char *op_id, char **response_json)
-{
-    struct pipeline *pl = opaque;
-    struct store_op op;
-    bool found = false;
-    char e[DD_ERRSTR_SIZE];
-    json_t *o = json_object();
-    int status = 200;
-    if (store_op_get(pl->store, op_id, dd_now_ms(), &op, &found, e, sizeof(e))) {
-        json_object_set_new(o, "error", json_string("store read failed"));
-        log_msg(LOG_ERR, "http", "GET /v1/ops: %s", e);
-        status = 500;
-    } else if (!found) {
-        json_object_set_new(o, "error", json_string("op not found"));
-        json_object_set_new(o, "hint",
-                            json_string("not in this instance's store: it was "
-                                        "never claimed here (another instance "
-                                        "may own its partition), or it expired"));
-        status = 404;
-    } else {
-        json_object_set_new(o, "op_id", json_string(op_id));
-        json_object_set_new(o, "state", json_string(store_op_state2str(op.state)));
-        json_object_set_new(o, "request_hash", json_string(op.request_hash));
-        json_object_set_new(o, "event_key", json_string(op.event_key));
-        json_object_set_new(o, "generation", json_integer((json_int_t)op.generation));
-        json_object_set_new(o, "attempts", json_integer(op.attempts));
-        json_object_set_new(o, "outbox",
-                            json_string(op.outbox_state == STORE_OUTBOX_SENT ? "sent"
-                                        : op.outbox_state == STORE_OUTBOX_PENDING
-                                            ? "pending"
-                                            : "none"));
-        if (op.category[0])
-            json_object_set_new(o, "category", json_string(op.category));
-        if (op.state == STORE_OP_RETRYABLE)
-            json_object_set_new(o, "not_before_ms", json_integer(op.not_before_ms));
-        json_object_set_new(o, "expires_at_ms", json_integer(op.expires_at_ms));
-    }
-    *response_json = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return status;
-}
-
-/* ---- POST /v1/jobs (api listener thread) ------------------------------------
- * Idempotency-Key semantics of the IETF httpapi draft (DESIGN.md section 7):
- * the key is the job's job_key (scope api.scope); the stored response is the
- * submit receipt; a replay of it for the same payload (request_hash), 409 while
- * the first submit is unacknowledged, 422 for another payload, 400 for a
- * malformed key or job.  Produced through the api's own producer, whose delivery
- * reports this thread serves while it waits. */
-
-struct api_delivery {
-    bool done;
-    dd_err_t err;
-    int32_t partition;
-    int64_t offset;
-    char errtext[128];
-};
-
-static void api_dr(void *opaque, dd_err_t err, const char *errtext,
-                   int32_t partition, int64_t offset)
-{
-    struct api_delivery *d = opaque;
-    d->done = true;
-    d->err = err;
-    d->partition = partition;
-    d->offset = offset;
-    snprintf(d->errtext, sizeof(d->errtext), "%s", errtext ? errtext : "");
-}
-
-static char *api_error(const char *msg)
-{
-    json_t *o = json_pack("{s:s}", "error", msg);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
-}
-
-static bool api_key_valid(const char *k)
-{
-    size_t n = strlen(k);
-    if (n == 0 || n > 255)
-        return false;
-    for (; *k; k++)
-        if ((unsigned char)*k < 0x20 || (unsigned char)*k > 0x7e || *k == '"' ||
-            *k == '\\')
-            return false;
-    return true;
-}
-
-static int http_submit(void *opaque, const char *idempotency_key, const void *body,
-                       size_t len, char **response_json, char **hname,
-                       char **hvalue)
-{
-    struct pipeline *pl = opaque;
-    char e[DD_ERRSTR_SIZE];
-    char *keyed = NULL;
-    size_t keyed_len = len;
-    struct job *job = NULL;
-    int status = 500;
-    bool began = false;
-    if (idempotency_key && !api_key_valid(idempotency_key)) {
-        *response_json = api_error("malformed Idempotency-Key: 1..255 printable "
-                                   "ASCII characters, no quote or backslash");
-        return 400;
-    }
-    if (idempotency_key) {
-        if (job_with_key(body, len, idempotency_key, pl->cfg->api_scope, &keyed,
-                         &keyed_len, e, sizeof(e))) {
-            *response_json = api_error(e);
-            return 400;
-        }
-    }
-    const void *payload = keyed ? keyed : body;
-    if (job_parse(&pl->jconf, payload, keyed_len, &job, e, sizeof(e))) {
-        *response_json = api_error(e);
-        status = 400;
-        goto out;
-    }
-    if (idempotency_key) {
-        enum store_receipt_state st;
-        char existing[STORE_HASH_LEN + 1];
-        char *receipt = NULL;
-        if (store_receipt_begin(pl->store, job->op_id, job->request_hash,
-                                dd_now_ms(), pl->cfg->api_receipt_ttl_ms, &st,
-                                existing, &receipt, e, sizeof(e))) {
-            log_msg(LOG_ERR, "http", "POST /v1/jobs: %s", e);
-            *response_json = api_error("receipt store unavailable");
-            status = 503;
-            goto out;
-        }
-        if (st != STORE_RECEIPT_NEW && strcmp(existing, job->request_hash)) {
-            free(receipt);
-            *response_json = api_error("Idempotency-Key reused with a different "
-                                       "payload");
-            status = 422;
-            goto out;
-        }
-        if (st == STORE_RECEIPT_PENDING) {
-            *response_json = api_error("a request with this Idempotency-Key is "
-                                       "in progress");
-            status = 409;
-            goto out;
-        }
-        if (st == STORE_RECEIPT_DONE) {
-            *response_json = receipt;
-            *hname = strdup("Idempotent-Replayed");
-            *hvalue = strdup("true");
-            status = 202;
-            goto out;
-        }
-        began = true;
-    }
-    if (producer_fatal(pl->api_prod)) {
-        /* As producer_reset for results: this thread is its only user, and
-         * every request flushes, so nothing is held but a failed send. */
-        if (producer_replace(&pl->api_prod, pl->cfg, api_dr, e, sizeof(e)) ==
-            DD_OK) {
-            metrics_add(METRICS_PRODUCER_RESETS, 1);
-            log_msg(LOG_ERR, "http", "fatal producer error: the job API's "
-                    "producer was recreated");
-        }
-    }
-    struct api_delivery d = {0};
-    struct producer_header h[2] = {{"dedupd-op-id", job->op_id},
-                                   {"dedupd-request-hash", job->request_hash}};
-    if (producer_send(pl->api_prod, pl->cfg->topic_jobs, job->op_id,
-                      strlen(job->op_id), payload, keyed_len, h, 2, &d, e,
-                      sizeof(e)) ||
-        producer_flush(pl->api_prod, 15000) || !d.done || d.err) {
-        /* nothing may outlive this request: its report points at d */
-        producer_purge(pl->api_prod);
-        if (d.done || !e[0])
-            snprintf(e, sizeof(e), "%s", d.done ? d.errtext : "not acknowledged");
-        log_msg(LOG_WARNING, "http", "POST /v1/jobs: produce: %s", e);
-        if (began && store_receipt_abort(pl->store, job->op_id, e, sizeof(e)))
-            log_msg(LOG_ERR, "http", "%s", e);
-        *response_json = api_error("the job could not be queued; retry");
-        status = 503;
-        goto out;
-    }
-    json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "op_id", job->op_id,
-                          "event_key", job->event_key, "request_hash",
-                          job->request_hash, "topic", pl->cfg->topic_jobs,
-                          "partition", (int)d.partition, "offset",
-                          (json_int_t)d.offset);
-    *response_json = json_dumps(r, JSON_COMPACT);
-    json_decref(r);
-    if (began && store_receipt_done(pl->store, job->op_id, job->request_hash,
-                                    *response_json, dd_now_ms(),
-                                    pl->cfg->api_receipt_ttl_ms, e, sizeof(e)))
-        log_msg(LOG_ERR, "http", "POST /v1/jobs: receipt: %s", e);
-    status = 202;
-out:
-    job_destroy(job);
-    free(keyed);
-    return status;
 }
 
 /* Gauges, once a second: ops in flight, outbox, index, consumer lag. */
@@ -1724,73 +1221,6 @@ static void update_gauges(struct pipeline *pl)
     metrics_gauge_set(METRICS_CONSUMER_LAG_MESSAGES, lag);
 }
 
-/* ---- run ------------------------------------------------------------------ */
-
-static bool all_eof(struct pipeline *pl)
-{
-    bool any = false;
-    for (size_t i = 0; i < pl->n_parts; i++) {
-        if (!pl->parts[i].assigned)
-            continue;
-        any = true;
-        if (!pl->parts[i].eof)
-            return false;
-    }
-    return any;
-}
-
-/*
- * A fatal producer error (librdkafka's idempotent producer before 2.3.0 can
- * hit one after a broker disconnect, librdkafka issue 4438; DESIGN.md section
- * 6): the producer accepts nothing more.  Purge it (every message it holds
- * comes back through dr_cb onto the retry list), destroy it and send them
- * again through a new one.  Results keep their event_key, so a copy that had
- * reached the topic before the error is dropped downstream; nothing is lost,
- * since offsets move only on acknowledgements.
- *
- * Failpoint for the test of this path (tests/integration/it_producer_fatal.sh):
- * DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER=N raises one fatal error
- * (rd_kafka_test_fatal_error) once N results were acknowledged, at a moment
- * when messages are in flight.
- */
-static void producer_reset(struct pipeline *pl)
-{
-    int64_t now = dd_now_ms();
-    if (now < pl->reset_retry_at_ms)
-        return;
-    pl->reset_retry_at_ms = now + 1000;
-    size_t held = pl->pending_out;
-    char e[DD_ERRSTR_SIZE];
-    /* every report is served before the old producer goes, or its messages
-     * (and their ops' offsets) would be lost track of */
-    pl->purging = true;
-    dd_err_t err = producer_replace(&pl->prod, pl->cfg, dr_cb, e, sizeof(e));
-    pl->purging = false;
-    if (err) {
-        log_msg(LOG_ERR, "producer", "fatal producer error: recreating the "
-                "producer: %s; trying again in 1 s", e);
-        return;
-    }
-    metrics_add(METRICS_PRODUCER_RESETS, 1);
-    log_msg(LOG_ERR, "producer",
-            "fatal producer error: producer recreated; %zu messages it held "
-            "(%zu still unacknowledged) are sent again",
-            held, pl->pending_out);
-}
-
-static void producer_check(struct pipeline *pl)
-{
-    if (pl->fail_fatal_after >= 0 && pl->pending_out > 0 &&
-        pl->st->results >= (uint64_t)pl->fail_fatal_after) {
-        pl->fail_fatal_after = -1;
-        if (producer_test_fatal(pl->prod, "failpoint "
-                                "DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER"))
-            log_msg(LOG_WARNING, "producer", "failpoint: no fatal error raised");
-    }
-    if (producer_fatal(pl->prod))
-        producer_reset(pl);
-}
-
 /* Finish the acknowledged ops whose completion the group commit has made
  * durable since: their messages' offsets move on. */
 static void release_durable(struct pipeline *pl)
@@ -1803,7 +1233,7 @@ static void release_durable(struct pipeline *pl)
         struct opctx *o = *pp;
         if (o->ticket <= d) {
             *pp = o->await_next;
-            op_finish(pl, o);
+            consumer_op_finish(pl, o);
         } else
             pp = &o->await_next;
     }
@@ -1815,236 +1245,160 @@ static bool idle(struct pipeline *pl)
            pl->blocked == NULL;
 }
 
-dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
-                      struct consumer_stats *st, char *errstr, size_t errstr_size)
+/* ---- run ------------------------------------------------------------------ */
+
+static void job_conf_of(const struct cfg *cfg, struct job_conf *jc)
 {
-    struct pipeline pl_s = {0}, *pl = &pl_s;
-    dd_err_t err = DD_OK;
+    memset(jc, 0, sizeof(*jc));
+    jc->variance_headers =
+        (const char *const *)cfg->identity_variance_headers.v;
+    jc->n_variance_headers = cfg->identity_variance_headers.n;
+    jc->credential_headers =
+        (const char *const *)cfg->identity_credential_headers.v;
+    jc->n_credential_headers = cfg->identity_credential_headers.n;
+    jc->max_job_bytes = (size_t)cfg->limits_max_job_bytes;
+}
+
+static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
+                          struct consumer_handles *h,
+                          const struct consumer_opts *opts,
+                          struct consumer_stats *st)
+{
     memset(st, 0, sizeof(*st));
     pl->cfg = cfg;
     pl->opts = opts;
     pl->st = st;
-    pl->jconf.variance_headers = (const char *const *)cfg->identity_variance_headers.v;
-    pl->jconf.n_variance_headers = cfg->identity_variance_headers.n;
-    pl->jconf.credential_headers =
-        (const char *const *)cfg->identity_credential_headers.v;
-    pl->jconf.n_credential_headers = cfg->identity_credential_headers.n;
-    pl->jconf.max_job_bytes = (size_t)cfg->limits_max_job_bytes;
-    pl->opmap = calloc(OPMAP_BUCKETS, sizeof(*pl->opmap));
-    pl->sfmap = calloc(SFMAP_BUCKETS, sizeof(*pl->sfmap));
-    if (!pl->opmap || !pl->sfmap)
-        abort(); /* out of memory at start-up */
-    g_pl = pl;
-
-    char run_id[40];
-    snprintf(run_id, sizeof(run_id), "%llx%04x", (unsigned long long)dd_now_ms(),
-             (unsigned)getpid() & 0xffff);
-    struct store_conf sc = {
-        .path = cfg->store_path,
-        .instance = cfg->instance_id,
-        .run_id = run_id,
-        .ops_ttl_ms = cfg->store_ops_ttl_ms,
-        .failed_ttl_ms = cfg->store_failed_ttl_ms,
-        .lease_ms = cfg->store_lease_ms,
-        .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
-        .sync = cfg->store_sync,
-        /* the pipeline never waits for an fsync: results go out at once,
-         * offsets wait for store_durable() */
-        .group_commit = true,
-        .index_max_bytes = (size_t)cfg->store_index_max_bytes,
-        .validators_ttl_ms = cfg->store_validators_ttl_ms,
-        .max_body_bytes = (size_t)cfg->store_max_body_bytes,
-    };
-    err = store_open(&sc, &pl->store, errstr, errstr_size);
-    if (err)
-        goto out;
-    err = producer_new(cfg, dr_cb, &pl->prod, errstr, errstr_size);
-    {
-        const char *fp = getenv("DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER");
-        pl->fail_fatal_after = fp && *fp ? atol(fp) : -1;
-    }
-    if (err)
-        goto out;
-    if (cfg->api_listen[0]) {
-        err = producer_new(cfg, api_dr, &pl->api_prod, errstr, errstr_size);
-        /* Failpoint of the job API producer's reset (it_admin): a fatal
-         * error before the first POST /v1/jobs. */
-        const char *fp = getenv("DEDUPD_FAILPOINT_API_PRODUCER_FATAL");
-        if (!err && fp && !strcmp(fp, "1") &&
-            producer_test_fatal(pl->api_prod, "failpoint "
-                                "DEDUPD_FAILPOINT_API_PRODUCER_FATAL"))
-            log_msg(LOG_WARNING, "http", "failpoint: no fatal error raised");
-        if (err)
-            goto out;
-    }
-    {
-        struct http_conf hc = {
-            .admin_listen = cfg->admin_listen,
-            .api_listen = cfg->api_listen,
-            .api_token = cfg->api_token[0] ? cfg->api_token : NULL,
-            .max_body_bytes = (size_t)cfg->api_max_body_bytes,
-        };
-        struct http_callbacks cb = {.ready = http_ready,
-                                    .submit = http_submit,
-                                    .op = http_op,
-                                    .opaque = pl};
-        err = http_new(&hc, &cb, &pl->http, errstr, errstr_size);
-        if (err)
-            goto out;
-        log_msg(LOG_INFO, "http", "admin listener on port %u (/healthz /readyz "
-                "/metrics), api listener on port %u",
-                (unsigned)http_admin_port(pl->http), (unsigned)http_api_port(pl->http));
-        metrics_gauge_set(METRICS_START_TIME_SECONDS, dd_now_ms() / 1000);
-    }
-    if (!opts->shadow) {
-        err = fetch_new(cfg, &pl->fetch, errstr, errstr_size);
-        if (err)
-            goto out;
+    pl->h = h;
+    pl->rk = h->consumer->rk;
+    pl->fetch = h->fetch;
+    pl->store = h->store;
+    pl->api = h->api;
+    job_conf_of(cfg, &pl->jconf);
+    pl->parts = partitions_new();
+    pl->opmap = dd_xcalloc(OPMAP_BUCKETS, sizeof(*pl->opmap), "op map");
+    pl->sfmap = dd_xcalloc(SFMAP_BUCKETS, sizeof(*pl->sfmap), "op map");
+    const char *fp = getenv("DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER");
+    pl->fail_fatal_after = fp && *fp ? atol(fp) : -1;
+    h->consumer->pl = pl;
+    if (pl->fetch)
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
-    }
+}
 
-    const char *fixed[] = {
-        "group.id", cfg->group_id,
-        "enable.auto.offset.store", "false",
-        "enable.auto.commit", "true",
-        "auto.commit.interval.ms", "1000",
-        "auto.offset.reset", "earliest",
-        "enable.partition.eof", "true",
-        NULL, NULL, NULL};
-    rd_kafka_conf_t *kc = NULL;
-    err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
-    if (err)
-        goto out;
-    /* Eager assignors unless the operator chose through kafka.*; librdkafka
-     * 2.0.2's cooperative-sticky has known bugs (DESIGN.md section 6). */
-    char val[64];
-    size_t vsz = sizeof(val);
-    if (rd_kafka_conf_get(kc, "partition.assignment.strategy", val, &vsz) ==
-            RD_KAFKA_CONF_OK &&
-        strstr(val, "cooperative") && rd_kafka_version() < 0x020601ff) {
-        dd_errstr_set(errstr, errstr_size,
-                      "config: kafka.partition.assignment.strategy: "
-                      "cooperative-sticky needs librdkafka >= 2.6.1, linked "
-                      "is %s", rd_kafka_version_str());
-        rd_kafka_conf_destroy(kc);
-        err = DD_ERR_INVAL;
-        goto out;
-    }
-    rd_kafka_conf_set_rebalance_cb(kc, rebalance_cb);
-    rd_kafka_conf_set_opaque(kc, pl);
-    char ke[512];
-    pl->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
-    if (!pl->rk) {
-        rd_kafka_conf_destroy(kc);
-        dd_errstr_set(errstr, errstr_size, "rd_kafka_new(consumer): %s", ke);
-        err = DD_ERR_FATAL;
-        goto out;
-    }
-    rd_kafka_poll_set_consumer(pl->rk);
-    rd_kafka_topic_partition_list_t *topics = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(topics, cfg->topic_jobs, RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t ke2 = rd_kafka_subscribe(pl->rk, topics);
-    rd_kafka_topic_partition_list_destroy(topics);
-    if (ke2) {
-        dd_errstr_set(errstr, errstr_size, "subscribe %s: %s", cfg->topic_jobs,
-                      rd_kafka_err2str(ke2));
-        err = DD_ERR_FATAL;
-        goto out;
-    }
-
-    /* Start-up: unsent outbox entries go out again under their event_key. */
-    err = store_outbox_foreach(pl->store, replay_cb, pl, errstr, errstr_size);
-    if (err)
-        goto out;
-    if (st->replayed_outbox)
-        log_msg(LOG_INFO, "consumer", "replaying %llu unsent results",
-                (unsigned long long)st->replayed_outbox);
-    log_msg(LOG_INFO, "consumer", "running: instance %s run %s, group %s, topic %s",
-            cfg->instance_id, run_id, cfg->group_id, cfg->topic_jobs);
-
-    pl->last_activity_ms = dd_now_ms();
-    int64_t stop_at = 0;
-    while (1) {
-        bool stopping = !*opts->run;
-        if (stopping && !stop_at) {
-            atomic_store(&pl->ready, false);
-            metrics_gauge_set(METRICS_READY, 0);
-            stop_at = dd_now_ms() + cfg->shutdown_grace_ms;
-            log_msg(LOG_INFO, "consumer",
-                    "stopping: finishing %zu ops in flight (grace %lld ms)",
-                    pl->n_ops, (long long)cfg->shutdown_grace_ms);
+/* Poll up to POLL_BATCH messages (at most \p room: every message may be a
+ * NEW op), waiting up to \p timeout_ms for the first, and process them. */
+static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
+{
+    rd_kafka_message_t *batch[POLL_BATCH];
+    size_t nb = 0;
+    for (int i = 0; i < POLL_BATCH && nb < room; i++) {
+        rd_kafka_message_t *rkm =
+            rd_kafka_consumer_poll(pl->rk, i ? 0 : timeout_ms);
+        if (!rkm)
+            break;
+        if (rkm->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            partitions_eof_set(pl->parts, rkm->partition, true);
+            rd_kafka_message_destroy(rkm);
+        } else if (rkm->err) {
+            log_msg(LOG_WARNING, "consumer", "consume: %s",
+                    rd_kafka_message_errstr(rkm));
+            rd_kafka_message_destroy(rkm);
+        } else {
+            /* In poll order: an EOF polled after this message sets the
+             * flag again. */
+            partitions_eof_set(pl->parts, rkm->partition, false);
+            batch[nb++] = rkm;
         }
+    }
+    if (nb)
+        handle_batch(pl, batch, nb);
+    for (size_t i = 0; i < nb; i++)
+        rd_kafka_message_destroy(batch[i]);
+}
+
+/* The first look at a stop request: no longer ready, finish what is in
+ * flight within shutdown.grace_ms.  @returns the time to leave at. */
+static int64_t stop_begin(struct pipeline *pl)
+{
+    if (pl->api)
+        api_ready_set(pl->api, false);
+    metrics_gauge_set(METRICS_READY, 0);
+    log_msg(LOG_INFO, "consumer",
+            "stopping: finishing %zu ops in flight (grace %lld ms)", pl->n_ops,
+            (long long)pl->cfg->shutdown_grace_ms);
+    return dd_now_ms() + pl->cfg->shutdown_grace_ms;
+}
+
+/* `run --exit-when-idle MS`: every assigned partition at its end, nothing
+ * in flight or unacknowledged, for MS. */
+static bool idle_exit(struct pipeline *pl)
+{
+    int64_t ms = pl->opts->exit_when_idle_ms;
+    if (ms <= 0 || !idle(pl) || !partitions_ever_assigned(pl->parts) ||
+        !partitions_all_eof(pl->parts) ||
+        dd_now_ms() - pl->last_activity_ms < ms)
+        return false;
+    log_msg(LOG_INFO, "consumer", "idle for %lld ms: exiting", (long long)ms);
+    return true;
+}
+
+/* The loop: until stopped (and drained, or the grace is over, or hurried),
+ * idle, or the store's WAL fsync failed (DD_ERR_IO). */
+static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
+{
+    const struct consumer_opts *opts = pl->opts;
+    struct producer **prod = &pl->h->producer;
+    int64_t stop_at = 0;
+    pl->last_activity_ms = dd_now_ms();
+    for (;;) {
+        bool stopping = !*opts->run;
+        if (stopping && !stop_at)
+            stop_at = stop_begin(pl);
         if (stopping && (idle(pl) || dd_now_ms() >= stop_at ||
                          (opts->hurry && *opts->hurry)))
-            break;
+            return DD_OK;
         /* Completions first: they free capacity. */
         if (pl->fetch)
             drain_fetched(pl, 0);
-        producer_poll(pl->prod, 0);
-        producer_check(pl);
+        producer_poll(*prod, 0);
+        consumer_out_producer_check(pl);
         if (store_sync_failed(pl->store)) {
             /* Nothing written from here on can be made durable: stop, and
              * let the next run take over what was not acknowledged. */
             dd_errstr_set(errstr, errstr_size,
                           "the store's WAL fsync failed (see the log): "
                           "stopping; unacknowledged jobs are redelivered");
-            err = DD_ERR_IO;
-            break;
+            return DD_ERR_IO;
         }
-        retry_due(pl);
+        consumer_out_retry_due(pl);
         recheck_blocked(pl);
         renew_leases(pl);
         update_gauges(pl);
-        bool full = pl->n_ops >= (size_t)cfg->fetch_max_inflight;
-        if (!stopping && !full) {
-            int timeout = pl->n_ops || pl->pending_out ? 2 : 100;
-            rd_kafka_message_t *batch[POLL_BATCH];
-            size_t nb = 0;
-            /* Room for new ops bounds the batch: every message may be NEW. */
-            size_t room = (size_t)cfg->fetch_max_inflight - pl->n_ops;
-            for (int i = 0; i < POLL_BATCH && nb < room; i++) {
-                rd_kafka_message_t *rkm = rd_kafka_consumer_poll(pl->rk, i ? 0 : timeout);
-                if (!rkm)
-                    break;
-                if (rkm->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                    track_get(pl, rkm->partition)->eof = true;
-                    rd_kafka_message_destroy(rkm);
-                } else if (rkm->err) {
-                    log_msg(LOG_WARNING, "consumer", "consume: %s",
-                            rd_kafka_message_errstr(rkm));
-                    rd_kafka_message_destroy(rkm);
-                } else {
-                    /* In poll order: an EOF polled after this message sets
-                     * the flag again. */
-                    track_get(pl, rkm->partition)->eof = false;
-                    batch[nb++] = rkm;
-                }
-            }
-            if (nb)
-                handle_batch(pl, batch, nb);
-            for (size_t i = 0; i < nb; i++)
-                rd_kafka_message_destroy(batch[i]);
-        } else if (pl->fetch)
+        size_t max = (size_t)pl->cfg->fetch_max_inflight;
+        if (!stopping && pl->n_ops < max)
+            poll_batch(pl, max - pl->n_ops,
+                       pl->n_ops || pl->pending_out ? 2 : 100);
+        else if (pl->fetch)
             drain_fetched(pl, 5);
         else
-            producer_poll(pl->prod, 5);
+            producer_poll(*prod, 5);
         shadow_flush(pl);
         release_durable(pl);
         flush_offsets(pl);
-        if (opts->exit_when_idle_ms > 0 && !stopping && idle(pl) &&
-            pl->assigned_once && all_eof(pl) &&
-            dd_now_ms() - pl->last_activity_ms >= opts->exit_when_idle_ms) {
-            log_msg(LOG_INFO, "consumer", "idle for %lld ms: exiting",
-                    (long long)opts->exit_when_idle_ms);
-            break;
-        }
+        if (!stopping && idle_exit(pl))
+            return DD_OK;
     }
-    /* Leave cleanly: flush results, commit stored offsets, close. */
-    if (producer_flush(pl->prod, 10000))
+}
+
+/* Leave cleanly: flush results, make the last completions durable (unless
+ * the run failed), store and commit their offsets. */
+static void run_leave(struct pipeline *pl, dd_err_t err)
+{
+    struct producer *prod = pl->h->producer;
+    if (producer_flush(prod, 10000))
         log_msg(LOG_WARNING, "producer",
                 "%d messages unacknowledged at exit; their outbox entries are "
-                "replayed at the next start", producer_outq_len(pl->prod));
-    producer_poll(pl->prod, 0);
+                "replayed at the next start", producer_outq_len(prod));
+    producer_poll(prod, 0);
     /* The results acknowledged last wait for their fsync: make it now, so
      * their offsets are committed with the others. */
     if (!err) {
@@ -2055,22 +1409,26 @@ dd_err_t consumer_run(const struct cfg *cfg, const struct consumer_opts *opts,
     }
     flush_offsets(pl);
     rd_kafka_commit(pl->rk, NULL, 0);
-out:
-    if (pl->rk) {
-        rd_kafka_consumer_close(pl->rk);
-        rd_kafka_destroy(pl->rk);
-    }
+}
+
+/* Leave the group, stop the fetch engine (its thread calls into the run),
+ * and free what the run holds.  Ops still in flight keep their lease; a
+ * restart reclaims them. */
+static void pipeline_fini(struct pipeline *pl)
+{
+    rd_kafka_consumer_close(pl->rk);
+    pl->h->consumer->pl = NULL;
     if (pl->fetch) {
         struct fetch_stats fs;
         fetch_stats_get(pl->fetch, &fs);
-        st->fetch_attempts = fs.attempts;
-        st->rotations = fs.rotations;
-        st->throttled = fs.throttled;
-        st->bytes = fs.bytes;
+        pl->st->fetch_attempts = fs.attempts;
+        pl->st->rotations = fs.rotations;
+        pl->st->throttled = fs.throttled;
+        pl->st->bytes = fs.bytes;
     }
     fetch_destroy(pl->fetch);
-    /* Ops still in flight keep their lease; a restart reclaims them. */
-    for (size_t b = 0; pl->opmap && b < OPMAP_BUCKETS; b++) {
+    pl->h->fetch = pl->fetch = NULL;
+    for (size_t b = 0; b < OPMAP_BUCKETS; b++) {
         struct opctx *o = pl->opmap[b];
         while (o) {
             struct opctx *n = o->hnext;
@@ -2080,6 +1438,7 @@ out:
                 free(m);
             }
             job_destroy(o->job);
+            free(o->cond);
             free(o->op_id);
             free(o);
             o = n;
@@ -2098,21 +1457,152 @@ out:
     while (pl->retry) {
         struct outmsg *m = pl->retry;
         pl->retry = m->next;
-        if (m->msg)
-            free(m->msg);
-        out_free(m);
+        free(m->msg);
+        consumer_out_free(m);
     }
-    http_destroy(pl->http);
-    if (pl->api_prod && producer_flush(pl->api_prod, 5000))
-        log_msg(LOG_WARNING, "http", "api producer: messages unacknowledged at exit");
-    producer_destroy(pl->api_prod);
-    producer_destroy(pl->prod);
-    store_close(pl->store);
-    for (size_t i = 0; i < pl->n_parts; i++)
-        free(pl->parts[i].e);
-    free(pl->parts);
-    g_pl = NULL;
+    partitions_destroy(pl->parts);
+}
+
+dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
+                      const struct consumer_opts *opts,
+                      struct consumer_stats *st, char *errstr,
+                      size_t errstr_size)
+{
+    struct pipeline pl_s = {0}, *pl = &pl_s;
+    assert(h->store && h->producer && h->consumer);
+    assert(!opts->shadow == !!h->fetch);
+    pipeline_init(pl, cfg, h, opts, st);
+    /* Start-up: unsent outbox entries go out again under their event_key. */
+    dd_err_t err = store_outbox_foreach(pl->store, replay_cb, pl, errstr,
+                                        errstr_size);
+    if (err)
+        goto out;
+    if (st->replayed_outbox)
+        log_msg(LOG_INFO, "consumer", "replaying %llu unsent results",
+                (unsigned long long)st->replayed_outbox);
+    log_msg(LOG_INFO, "consumer",
+            "running: instance %s run %s, group %s, topic %s",
+            cfg->instance_id, h->run_id, cfg->group_id, cfg->topic_jobs);
+    err = run_loop(pl, errstr, errstr_size);
+    run_leave(pl, err);
+out:
+    pipeline_fini(pl);
     return err;
+}
+
+/* ---- handles -------------------------------------------------------------- */
+
+/* The jobs topic's consumer: group consumer.group_id, offsets stored by the
+ * pipeline only and auto-committed, eager assignors, subscribed. */
+static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
+                             char *errstr, size_t errstr_size)
+{
+    const char *fixed[] = {
+        "group.id", cfg->group_id,
+        "enable.auto.offset.store", "false",
+        "enable.auto.commit", "true",
+        "auto.commit.interval.ms", "1000",
+        "auto.offset.reset", "earliest",
+        "enable.partition.eof", "true",
+        NULL, NULL, NULL};
+    rd_kafka_conf_t *kc = NULL;
+    dd_err_t err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
+    if (err)
+        return err;
+    /* Eager assignors unless the operator chose through kafka.*; librdkafka
+     * 2.0.2's cooperative-sticky has known bugs (DESIGN.md section 6). */
+    char val[64];
+    size_t vsz = sizeof(val);
+    if (rd_kafka_conf_get(kc, "partition.assignment.strategy", val, &vsz) ==
+            RD_KAFKA_CONF_OK &&
+        strstr(val, "cooperative") && rd_kafka_version() < 0x020601ff) {
+        dd_errstr_set(errstr, errstr_size,
+                      "config: kafka.partition.assignment.strategy: "
+                      "cooperative-sticky needs librdkafka >= 2.6.1, linked "
+                      "is %s", rd_kafka_version_str());
+        rd_kafka_conf_destroy(kc);
+        return DD_ERR_INVAL;
+    }
+    struct consumer *c = dd_xcalloc(1, sizeof(*c), "consumer");
+    rd_kafka_conf_set_rebalance_cb(kc, rebalance_cb);
+    rd_kafka_conf_set_opaque(kc, c);
+    char ke[512];
+    c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
+    if (!c->rk) {
+        rd_kafka_conf_destroy(kc);
+        free(c);
+        dd_errstr_set(errstr, errstr_size, "rd_kafka_new(consumer): %s", ke);
+        return DD_ERR_FATAL;
+    }
+    *out = c; /* from here on consumer_handles_close destroys it */
+    rd_kafka_poll_set_consumer(c->rk);
+    rd_kafka_topic_partition_list_t *topics =
+        rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(topics, cfg->topic_jobs,
+                                      RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t ke2 = rd_kafka_subscribe(c->rk, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    if (ke2) {
+        dd_errstr_set(errstr, errstr_size, "subscribe %s: %s",
+                      cfg->topic_jobs, rd_kafka_err2str(ke2));
+        return DD_ERR_FATAL;
+    }
+    return DD_OK;
+}
+
+dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
+                               struct consumer_handles *h, char *errstr,
+                               size_t errstr_size)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->run_id, sizeof(h->run_id), "%llx%04x",
+             (unsigned long long)dd_now_ms(), (unsigned)getpid() & 0xffff);
+    struct store_conf sc = {
+        .path = cfg->store_path,
+        .instance = cfg->instance_id,
+        .run_id = h->run_id,
+        .ops_ttl_ms = cfg->store_ops_ttl_ms,
+        .failed_ttl_ms = cfg->store_failed_ttl_ms,
+        .lease_ms = cfg->store_lease_ms,
+        .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
+        .sync = cfg->store_sync,
+        /* the pipeline never waits for an fsync: results go out at once,
+         * offsets wait for store_durable() */
+        .group_commit = true,
+        .index_max_bytes = (size_t)cfg->store_index_max_bytes,
+        .validators_ttl_ms = cfg->store_validators_ttl_ms,
+        .max_body_bytes = (size_t)cfg->store_max_body_bytes,
+    };
+    struct job_conf jc;
+    job_conf_of(cfg, &jc);
+    dd_err_t err = store_open(&sc, &h->store, errstr, errstr_size);
+    if (!err)
+        err = producer_new(cfg, consumer_out_dr, &h->producer, errstr,
+                           errstr_size);
+    if (!err)
+        err = api_new(cfg, &jc, h->store, &h->api, errstr, errstr_size);
+    if (!err && !shadow)
+        err = fetch_new(cfg, &h->fetch, errstr, errstr_size);
+    if (!err)
+        err = consumer_new(cfg, &h->consumer, errstr, errstr_size);
+    return err;
+}
+
+void consumer_handles_close(struct consumer_handles *h)
+{
+    if (h->consumer) {
+        rd_kafka_destroy(h->consumer->rk);
+        free(h->consumer);
+        h->consumer = NULL;
+    }
+    fetch_destroy(h->fetch);
+    h->fetch = NULL;
+    api_destroy(h->api);
+    h->api = NULL;
+    producer_destroy(h->producer);
+    h->producer = NULL;
+    store_close(h->store);
+    h->store = NULL;
 }
 
 void consumer_stats_print(const struct consumer_stats *st, FILE *fp)

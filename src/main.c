@@ -161,9 +161,13 @@ static int cmd_run(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct consumer_stats st;
+    struct consumer_stats st = {0};
+    struct consumer_handles h;
     char e[DD_ERRSTR_SIZE];
-    dd_err_t err = consumer_run(cfg, &opts, &st, e, sizeof(e));
+    dd_err_t err = consumer_handles_open(cfg, opts.shadow, &h, e, sizeof(e));
+    if (!err)
+        err = consumer_run(cfg, &h, &opts, &st, e, sizeof(e));
+    consumer_handles_close(&h);
     if (err)
         log_msg(LOG_ERR, "main", "%s", e);
     if (stats_json)
@@ -708,11 +712,46 @@ static void time_text(int64_t ms, char *buf, size_t size)
         result_time_format(ms, buf, size);
 }
 
-static const char *outbox2str(enum store_outbox_state s)
+/* The text view of `dedupd inspect`: the op record, then one line per
+ * attempt. */
+static void inspect_print_text(const char *op_id, const struct store_op *op,
+                               const struct store_attempt *att, size_t n_att)
 {
-    return s == STORE_OUTBOX_PENDING ? "pending"
-           : s == STORE_OUTBOX_SENT  ? "sent"
-                                     : "none";
+    char t1[40], t2[40], t3[40], t4[40];
+    time_text(op->created_at_ms, t1, sizeof(t1));
+    time_text(op->updated_at_ms, t2, sizeof(t2));
+    time_text(op->expires_at_ms, t3, sizeof(t3));
+    time_text(op->lease_expires_at_ms, t4, sizeof(t4));
+    printf("op_id         %s\n"
+           "state         %s%s%s\n"
+           "request_hash  %s\n"
+           "event_key     %s\n"
+           "generation    %llu\n"
+           "lease         %s until %s\n"
+           "created       %s\n"
+           "updated       %s\n"
+           "expires       %s\n"
+           "outbox        %s\n"
+           "first source  %s\n"
+           "attempts      %u\n",
+           op_id, store_op_state2str(op->state), op->category[0] ? " / " : "",
+           op->category, op->request_hash, op->event_key,
+           (unsigned long long)op->generation, op->lease_owner, t4, t1, t2, t3,
+           result_op_outbox_str(op), op->source, op->attempts);
+    if (op->not_before_ms) {
+        time_text(op->not_before_ms, t1, sizeof(t1));
+        printf("not before    %s (next attempt)\n", t1);
+    }
+    for (size_t i = 0; i < n_att; i++) {
+        time_text(att[i].started_at_ms, t1, sizeof(t1));
+        printf("  #%u gen %llu  %s  %lld ms  status %d  %llu bytes  %s via %s%s%s%s%s\n",
+               att[i].number, (unsigned long long)att[i].generation, t1,
+               (long long)(att[i].ended_at_ms - att[i].started_at_ms),
+               att[i].status, (unsigned long long)att[i].bytes,
+               att[i].exit_addr[0] ? att[i].exit_addr : "-", att[i].session,
+               att[i].category[0] ? "  " : "", att[i].category,
+               att[i].error[0] ? ": " : "", att[i].error);
+    }
 }
 
 /* `dedupd inspect OP_ID [--json]`: the op record and its attempts.
@@ -754,6 +793,7 @@ static int cmd_inspect(int argc, char **argv)
     int rc = 0;
     struct store_attempt *att = NULL;
     size_t n_att = 0;
+    char *json = NULL;
     if (store_op_get(st, op_id, dd_now_ms(), &op, &found, e, sizeof(e)) ||
         store_attempts_get(st, op_id, dd_now_ms(), &att, &n_att, e, sizeof(e))) {
         fprintf(stderr, "dedupd: inspect: %s\n", e);
@@ -767,81 +807,14 @@ static int cmd_inspect(int argc, char **argv)
         rc = EXIT_NOT_FOUND;
         goto out;
     }
-    if (as_json) {
-        json_t *o = json_object();
-        json_object_set_new(o, "op_id", json_string(op_id));
-        json_object_set_new(o, "state", json_string(store_op_state2str(op.state)));
-        json_object_set_new(o, "request_hash", json_string(op.request_hash));
-        json_object_set_new(o, "event_key", json_string(op.event_key));
-        json_object_set_new(o, "generation", json_integer((json_int_t)op.generation));
-        json_object_set_new(o, "lease_owner", json_string(op.lease_owner));
-        json_object_set_new(o, "lease_expires_at_ms", json_integer(op.lease_expires_at_ms));
-        json_object_set_new(o, "created_at_ms", json_integer(op.created_at_ms));
-        json_object_set_new(o, "updated_at_ms", json_integer(op.updated_at_ms));
-        json_object_set_new(o, "expires_at_ms", json_integer(op.expires_at_ms));
-        json_object_set_new(o, "attempts", json_integer(op.attempts));
-        json_object_set_new(o, "outbox", json_string(outbox2str(op.outbox_state)));
-        json_object_set_new(o, "first_source", json_string(op.source));
-        json_object_set_new(o, "category", json_string(op.category));
-        if (op.not_before_ms)
-            json_object_set_new(o, "not_before_ms", json_integer(op.not_before_ms));
-        json_t *arr = json_array();
-        for (size_t i = 0; i < n_att; i++) {
-            json_t *a = json_object();
-            json_object_set_new(a, "number", json_integer(att[i].number));
-            json_object_set_new(a, "generation", json_integer((json_int_t)att[i].generation));
-            json_object_set_new(a, "started_at_ms", json_integer(att[i].started_at_ms));
-            json_object_set_new(a, "ended_at_ms", json_integer(att[i].ended_at_ms));
-            json_object_set_new(a, "status", json_integer(att[i].status));
-            json_object_set_new(a, "bytes", json_integer((json_int_t)att[i].bytes));
-            json_object_set_new(a, "session", json_string(att[i].session));
-            json_object_set_new(a, "exit", json_string(att[i].exit_addr));
-            json_object_set_new(a, "category", json_string(att[i].category));
-            json_object_set_new(a, "error", json_string(att[i].error));
-            json_array_append_new(arr, a);
-        }
-        json_object_set_new(o, "attempt_log", arr);
-        json_dumpf(o, stdout, JSON_INDENT(2));
-        fputc('\n', stdout);
-        json_decref(o);
-    } else {
-        char t1[40], t2[40], t3[40], t4[40];
-        time_text(op.created_at_ms, t1, sizeof(t1));
-        time_text(op.updated_at_ms, t2, sizeof(t2));
-        time_text(op.expires_at_ms, t3, sizeof(t3));
-        time_text(op.lease_expires_at_ms, t4, sizeof(t4));
-        printf("op_id         %s\n"
-               "state         %s%s%s\n"
-               "request_hash  %s\n"
-               "event_key     %s\n"
-               "generation    %llu\n"
-               "lease         %s until %s\n"
-               "created       %s\n"
-               "updated       %s\n"
-               "expires       %s\n"
-               "outbox        %s\n"
-               "first source  %s\n"
-               "attempts      %u\n",
-               op_id, store_op_state2str(op.state), op.category[0] ? " / " : "",
-               op.category, op.request_hash, op.event_key,
-               (unsigned long long)op.generation, op.lease_owner, t4, t1, t2, t3,
-               outbox2str(op.outbox_state), op.source, op.attempts);
-        if (op.not_before_ms) {
-            time_text(op.not_before_ms, t1, sizeof(t1));
-            printf("not before    %s (next attempt)\n", t1);
-        }
-        for (size_t i = 0; i < n_att; i++) {
-            time_text(att[i].started_at_ms, t1, sizeof(t1));
-            printf("  #%u gen %llu  %s  %lld ms  status %d  %llu bytes  %s via %s%s%s%s%s\n",
-                   att[i].number, (unsigned long long)att[i].generation, t1,
-                   (long long)(att[i].ended_at_ms - att[i].started_at_ms),
-                   att[i].status, (unsigned long long)att[i].bytes,
-                   att[i].exit_addr[0] ? att[i].exit_addr : "-", att[i].session,
-                   att[i].category[0] ? "  " : "", att[i].category,
-                   att[i].error[0] ? ": " : "", att[i].error);
-        }
-    }
+    if (!as_json)
+        inspect_print_text(op_id, &op, att, n_att);
+    else if (result_op_encode(op_id, &op, att, n_att, RESULT_OP_FULL, &json))
+        dd_oom("inspect JSON");
+    else
+        printf("%s\n", json);
 out:
+    free(json);
     free(att);
     store_close(st);
     cfg_destroy(cfg);

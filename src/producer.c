@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "dd.h"
 #include "kconf.h"
 #include "log.h"
 
@@ -15,7 +16,12 @@ struct producer {
     atomic_bool fatal;    /* set by error_cb on RD_KAFKA_RESP_ERR__FATAL */
 };
 
-static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_opaque)
+/* librdkafka's delivery report: hand it to the producer's callback with the
+ * message's own opaque (producer_send's \p opaque).
+ * @locality the thread serving the producer (producer_poll, producer_flush,
+ * producer_purge). */
+static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m,
+                      void *conf_opaque)
 {
     (void)rk;
     struct producer *p = conf_opaque;
@@ -26,6 +32,7 @@ static void dr_msg_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *conf_op
         p->dr(m->_private, DD_OK, NULL, m->partition, m->offset);
 }
 
+/* @locality the thread serving the producer (producer_poll and the like). */
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     struct producer *p = opaque;
@@ -49,9 +56,7 @@ dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
         "partitioner", "murmur2_random",
         "linger.ms", "5",
         NULL};
-    struct producer *p = calloc(1, sizeof(*p));
-    if (!p)
-        return DD_ERR_NOMEM;
+    struct producer *p = dd_xcalloc(1, sizeof(*p), "producer");
     p->dr = dr;
     rd_kafka_conf_t *c = NULL;
     dd_err_t err = kconf_new(cfg, false, fixed, &c, errstr, errstr_size);

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 #include <openssl/evp.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,6 +14,7 @@
 #include "job.h"
 #include "jstr.h"
 #include "key.h"
+#include "store.h"
 
 void result_time_format(int64_t ms, char *buf, size_t size)
 {
@@ -254,4 +256,74 @@ dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
     *out = s;
     *out_len = strlen(s);
     return DD_OK;
+}
+
+const char *result_op_outbox_str(const struct store_op *op)
+{
+    return op->outbox_state == STORE_OUTBOX_PENDING ? "pending"
+           : op->outbox_state == STORE_OUTBOX_SENT  ? "sent"
+                                                    : "none";
+}
+
+static json_t *attempt_log_encode(const struct store_attempt *att, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *a = json_object();
+        json_object_set_new(a, "number", json_integer(att[i].number));
+        json_object_set_new(a, "generation",
+                            json_integer((json_int_t)att[i].generation));
+        json_object_set_new(a, "started_at_ms",
+                            json_integer(att[i].started_at_ms));
+        json_object_set_new(a, "ended_at_ms", json_integer(att[i].ended_at_ms));
+        json_object_set_new(a, "status", json_integer(att[i].status));
+        json_object_set_new(a, "bytes", json_integer((json_int_t)att[i].bytes));
+        json_object_set_new(a, "session", json_string(att[i].session));
+        json_object_set_new(a, "exit", json_string(att[i].exit_addr));
+        json_object_set_new(a, "category", json_string(att[i].category));
+        json_object_set_new(a, "error", json_string(att[i].error));
+        json_array_append_new(arr, a);
+    }
+    return arr;
+}
+
+dd_err_t result_op_encode(const char *op_id, const struct store_op *op,
+                          const struct store_attempt *att, size_t n_att,
+                          enum result_op_view view, char **out)
+{
+    bool full = view == RESULT_OP_FULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "op_id", json_string(op_id));
+    json_object_set_new(o, "state", json_string(store_op_state2str(op->state)));
+    json_object_set_new(o, "request_hash", json_string(op->request_hash));
+    json_object_set_new(o, "event_key", json_string(op->event_key));
+    json_object_set_new(o, "generation", json_integer((json_int_t)op->generation));
+    if (full) {
+        json_object_set_new(o, "lease_owner", json_string(op->lease_owner));
+        json_object_set_new(o, "lease_expires_at_ms",
+                            json_integer(op->lease_expires_at_ms));
+        json_object_set_new(o, "created_at_ms", json_integer(op->created_at_ms));
+        json_object_set_new(o, "updated_at_ms", json_integer(op->updated_at_ms));
+        json_object_set_new(o, "expires_at_ms", json_integer(op->expires_at_ms));
+    }
+    json_object_set_new(o, "attempts", json_integer(op->attempts));
+    json_object_set_new(o, "outbox", json_string(result_op_outbox_str(op)));
+    if (full) {
+        json_object_set_new(o, "first_source", json_string(op->source));
+        json_object_set_new(o, "category", json_string(op->category));
+        if (op->not_before_ms)
+            json_object_set_new(o, "not_before_ms",
+                                json_integer(op->not_before_ms));
+        json_object_set_new(o, "attempt_log", attempt_log_encode(att, n_att));
+    } else {
+        if (op->category[0])
+            json_object_set_new(o, "category", json_string(op->category));
+        if (op->state == STORE_OP_RETRYABLE)
+            json_object_set_new(o, "not_before_ms",
+                                json_integer(op->not_before_ms));
+        json_object_set_new(o, "expires_at_ms", json_integer(op->expires_at_ms));
+    }
+    *out = json_dumps(o, full ? JSON_INDENT(2) : JSON_COMPACT);
+    json_decref(o);
+    return *out ? DD_OK : DD_ERR_NOMEM;
 }

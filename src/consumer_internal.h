@@ -1,0 +1,187 @@
+/*
+ * INTERNAL to the consumer module (consumer.c, consumer_out.c): the
+ * pipeline's state, shared by the pipeline proper (poll, claim, hand-off,
+ * completion, run) and its outgoing side (results, dead letters, conflict
+ * reports and outbox replays kept until acknowledged; delivery reports; the
+ * producer's reset).  Not a contract for other modules: include consumer.h.
+ * Everything here runs on the pipeline thread unless marked otherwise.
+ */
+#ifndef DEDUPD_CONSUMER_INTERNAL_H
+#define DEDUPD_CONSUMER_INTERNAL_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "consumer.h"
+#include "err.h"
+#include "job.h"
+#include "partitions.h"
+#include "store.h"
+
+/* One consumed message whose work is not done yet. */
+struct pmsg {
+    struct partitions_msg m; /* its completion handle (partitions.h) */
+    struct pmsg *next;    /* waiters of one op */
+};
+
+/* An op this run claimed, from the claim until its result is acknowledged
+ * and its completion durable (or it is fenced off). */
+struct opctx {
+    struct opctx *hnext;
+    char *op_id;
+    struct job *job;
+    uint64_t generation;
+    struct pmsg *msgs;    /* the claiming message and its in-flight
+                             duplicates */
+    uint64_t seq;
+    uint32_t base_attempts; /* attempts of earlier generations (from the
+                               store) */
+    int64_t not_before_ms;  /* reclaimed retryable op: its stored retry time */
+    bool stored;          /* result committed to the store (lease no longer
+                             needed) */
+    uint64_t ticket;      /* group commit: durable once store_durable()
+                             reaches it */
+    struct opctx *await_next; /* acknowledged, waiting for durability */
+    bool failed;          /* result outcome failed */
+    bool shadow;          /* result outcome shadow */
+    int64_t deadline_ms;  /* of its fetch (absolute) */
+    /* single-flight (DESIGN.md section 5): a leader's transfer serves the
+     * followers waiting on the same resource_key */
+    struct opctx *sf_hnext;     /* leader map chain */
+    struct opctx *sf_followers; /* leader: its waiters */
+    struct opctx *sf_next;      /* follower: next waiter of its leader */
+    bool sf_leading;            /* in the leader map */
+    bool sf_waiting;            /* follower, waiting */
+    struct store_validator *cond; /* validators sent with its request
+                                     (conditional refetch), or NULL */
+    bool no_cond;               /* refetch without validators (a 304 not
+                                   trusted, or its stored body gone) */
+    bool sf_alone;              /* its leader failed transiently: it fetches
+                                   on its own (never chained behind another
+                                   waiter, so every wait stays bounded) */
+};
+
+enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
+
+/* A message to produce, kept until its delivery report (re-sent on failure). */
+struct outmsg {
+    struct pipeline *pl;  /* the run its delivery report goes to */
+    struct outmsg *next;  /* retry list */
+    enum out_kind kind;
+    char *topic;
+    char *key;
+    size_t key_len;
+    char *value;
+    size_t value_len;
+    char *hname[4], *hval[4];
+    size_t n_hdrs;
+    struct opctx *op;     /* OUT_RESULT */
+    struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT */
+    uint64_t seq;         /* OUT_RESULT, OUT_REPLAY */
+    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT */
+    char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */
+    struct outmsg *next_conflict;  /* conflict reports in flight */
+    int64_t retry_at_ms;
+};
+
+/* A message held for a later claim (store trouble, or an op leased by
+ * another owner). */
+struct blocked {
+    struct blocked *next;
+    struct pmsg *pm;
+    struct job *job;
+    int64_t recheck_at_ms;
+};
+
+
+/* One run of the pipeline (consumer_run's frame). */
+struct pipeline {
+    const struct cfg *cfg;
+    const struct consumer_opts *opts;
+    struct consumer_stats *st;
+    struct job_conf jconf;
+    struct consumer_handles *h; /* the producer may be replaced in it */
+    rd_kafka_t *rk;
+    struct fetch *fetch;
+    struct store *store;
+    struct api *api;
+    struct partitions *parts;
+    struct opctx **opmap;
+    size_t n_ops;
+    struct opctx **sfmap; /* resource_key -> leader fetching it */
+    struct outmsg *retry;
+    struct blocked *blocked;
+    size_t n_blocked;
+    struct outmsg *conflicts_inflight; /* reports not yet acknowledged */
+    size_t pending_out;   /* produced, not yet acknowledged */
+    struct opctx *await;  /* results acknowledged whose completion is not
+                             fsync'd yet (group commit): their offsets wait */
+    bool purging;         /* producer_reset: reports of purged messages */
+    int64_t reset_retry_at_ms; /* producer_reset: not again before */
+    long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
+    int64_t last_activity_ms;
+    int64_t next_renew_ms;
+    int64_t next_gauges_ms;
+    bool rechecking;      /* claim() of a held message: already counted */
+    struct opctx **shadow_pending; /* shadow ops claimed, to complete */
+    size_t n_shadow, cap_shadow;
+};
+
+/* ---- consumer.c ----------------------------------------------------------- */
+
+/* The work of \p pm is durable and acknowledged: its partition's commit
+ * point may move (partitions_done); frees \p pm. */
+void consumer_msg_done(struct pipeline *pl, struct pmsg *pm);
+
+/* Remove \p o from the op map, complete its messages and free it. */
+void consumer_op_finish(struct pipeline *pl, struct opctx *o);
+
+/* ---- consumer_out.c ------------------------------------------------------- */
+
+/* A new message of \p kind to \p topic (key and value copied); send it with
+ * consumer_out_send, which owns it from then on. */
+struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
+                                const char *topic, const void *key,
+                                size_t key_len, const void *value,
+                                size_t value_len);
+
+/* Add a header (copied); at most 4 per message, more are ignored. */
+void consumer_out_header(struct outmsg *m, const char *name,
+                         const char *value);
+
+/* A result (OUT_RESULT or OUT_REPLAY) of \p op_id to topics.results, keyed
+ * by \p event_key with the headers idempotency-key, dedupd-op-id and
+ * dedupd-generation. */
+struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
+                                   const char *op_id, const char *event_key,
+                                   uint64_t generation, const void *value,
+                                   size_t len);
+
+/* Produce \p m (owned from here on): until its delivery report it counts in
+ * pl->pending_out; what cannot be sent now goes on the retry list. */
+void consumer_out_send(struct pipeline *pl, struct outmsg *m);
+
+/* Free \p m (not its pmsg). */
+void consumer_out_free(struct outmsg *m);
+
+/* The results producer's delivery report (producer_dr_cb): \p opaque is the
+ * outmsg, which names its run.  @locality pipeline thread (served by
+ * producer_poll/flush/purge there). */
+void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
+                     int32_t partition, int64_t offset);
+
+/* Send again the messages of the retry list whose time has come. */
+void consumer_out_retry_due(struct pipeline *pl);
+
+/* Is a conflict report of (\p op_id, \p hash) produced and not yet
+ * acknowledged? */
+bool consumer_out_conflict_inflight(struct pipeline *pl, const char *op_id,
+                                    const char *hash);
+
+/* After a fatal producer error, replace the results producer (its messages
+ * are sent again); also raises the failpoint's fatal error. */
+void consumer_out_producer_check(struct pipeline *pl);
+
+#endif

@@ -1,0 +1,286 @@
+/* The pipeline's outgoing side: results, dead letters, conflict reports and
+ * outbox replays, each kept until the broker acknowledges it and sent again
+ * on failure; their delivery reports; the results producer's reset after a
+ * fatal error.  See consumer_internal.h. */
+#include "consumer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "dd.h"
+#include "key.h"
+#include "log.h"
+#include "metrics.h"
+#include "producer.h"
+#include "store.h"
+
+#define DLQ_TRUNCATE_BYTES (512 * 1024) /* DLQ prefix kept when refused whole */
+
+void consumer_out_free(struct outmsg *m)
+{
+    free(m->topic);
+    free(m->key);
+    free(m->value);
+    free(m->op_id);
+    for (size_t i = 0; i < m->n_hdrs; i++) {
+        free(m->hname[i]);
+        free(m->hval[i]);
+    }
+    free(m);
+}
+
+/* Put \p m on the retry list, to be sent again in \p delay_ms. */
+static void out_retry_later(struct pipeline *pl, struct outmsg *m,
+                            int64_t delay_ms)
+{
+    m->retry_at_ms = dd_now_ms() + delay_ms;
+    m->next = pl->retry;
+    pl->retry = m;
+}
+
+/* The broker refuses a DLQ record whole: keep a prefix and say so (size and
+ * digest of the original) rather than lose the record. */
+static void out_truncate_dlq(struct outmsg *m, const char *why)
+{
+    char note[160], digest[KEY_HEX_LEN + 1];
+    key_sha256_hex(m->value, m->value_len, digest);
+    snprintf(note, sizeof(note), "%zu bytes, sha256 %s", m->value_len, digest);
+    log_msg(LOG_WARNING, "producer",
+            "DLQ record refused whole (%s): truncating to %d bytes", why,
+            DLQ_TRUNCATE_BYTES);
+    m->value_len = DLQ_TRUNCATE_BYTES;
+    consumer_out_header(m, "dedupd-truncated", note);
+}
+
+void consumer_out_send(struct pipeline *pl, struct outmsg *m)
+{
+    struct producer_header h[5];
+    for (size_t i = 0; i < m->n_hdrs; i++) {
+        h[i].name = m->hname[i];
+        h[i].value = m->hval[i];
+    }
+    char err[DD_ERRSTR_SIZE];
+    for (;;) {
+        dd_err_t e = producer_send(pl->h->producer, m->topic, m->key,
+                                   m->key_len, m->value, m->value_len, h,
+                                   m->n_hdrs, m, err, sizeof(err));
+        if (e == DD_OK) {
+            pl->pending_out++;
+            return;
+        }
+        if (e == DD_ERR_TRANSIENT) {
+            producer_poll(pl->h->producer, 50);
+            continue;
+        }
+        if (e == DD_ERR_STATE) {
+            /* the producer is in a fatal state: producer_check recreates it
+             * and the retry list sends this again */
+            out_retry_later(pl, m, 100);
+            return;
+        }
+        if (m->kind == OUT_DLQ && m->value_len > DLQ_TRUNCATE_BYTES) {
+            out_truncate_dlq(m, err);
+            for (size_t i = 0; i < m->n_hdrs; i++)
+                h[i] = (struct producer_header){m->hname[i], m->hval[i]};
+            continue;
+        }
+        /* Not sendable (too large for the broker, unknown topic): retry later
+         * so nothing is lost; the error is visible in the log. */
+        log_msg(LOG_ERR, "producer", "%s; retrying in 5 s", err);
+        out_retry_later(pl, m, 5000);
+        return;
+    }
+}
+
+struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
+                                const char *topic, const void *key,
+                                size_t key_len, const void *value,
+                                size_t value_len)
+{
+    struct outmsg *m = dd_xcalloc(1, sizeof(*m), "outgoing message");
+    m->pl = pl;
+    m->kind = kind;
+    m->topic = dd_xstrdup(topic, "outgoing message");
+    m->key = dd_xmalloc(key_len + 1, "outgoing message");
+    memcpy(m->key, key, key_len);
+    m->key[key_len] = '\0';
+    m->key_len = key_len;
+    m->value = dd_xmalloc(value_len + 1, "outgoing message");
+    memcpy(m->value, value, value_len);
+    m->value[value_len] = '\0';
+    m->value_len = value_len;
+    return m;
+}
+
+void consumer_out_header(struct outmsg *m, const char *name,
+                         const char *value)
+{
+    if (m->n_hdrs < sizeof(m->hname) / sizeof(*m->hname)) {
+        m->hname[m->n_hdrs] = dd_xstrdup(name, "outgoing header");
+        m->hval[m->n_hdrs] = dd_xstrdup(value, "outgoing header");
+        m->n_hdrs++;
+    }
+}
+
+struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
+                                   const char *op_id, const char *event_key,
+                                   uint64_t generation, const void *value,
+                                   size_t len)
+{
+    struct outmsg *m = consumer_out_new(pl, kind, pl->cfg->topic_results,
+                                        event_key, strlen(event_key), value,
+                                        len);
+    char gen[32];
+    snprintf(gen, sizeof(gen), "%llu", (unsigned long long)generation);
+    consumer_out_header(m, "idempotency-key", event_key);
+    consumer_out_header(m, "dedupd-op-id", op_id);
+    consumer_out_header(m, "dedupd-generation", gen);
+    return m;
+}
+
+/*
+ * Delivery report of the results producer: \p opaque is the outmsg, which
+ * names its run.  A failed delivery is sent again; an acknowledged one moves
+ * its work on (outbox entry deleted, offsets done).
+ * @locality pipeline thread (served by producer_poll/flush/purge there).
+ */
+void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
+                     int32_t partition, int64_t offset)
+{
+    struct outmsg *m = opaque;
+    struct pipeline *pl = m->pl;
+    (void)partition;
+    (void)offset;
+    pl->pending_out--;
+    if (err) {
+        if (!pl->purging)
+            log_msg(LOG_WARNING, "producer",
+                    "delivery to %s failed (%s); retrying", m->topic, errtext);
+        out_retry_later(pl, m, 1000);
+        return;
+    }
+    char e[DD_ERRSTR_SIZE];
+    switch (m->kind) {
+    case OUT_RESULT:
+        if (store_outbox_ack(pl->store, m->seq, m->op->op_id, e, sizeof(e)))
+            log_msg(LOG_ERR, "store", "%s", e);
+        pl->st->results++;
+        metrics_result(m->op->shadow ? METRICS_RESULT_SHADOW
+                       : m->op->failed ? METRICS_RESULT_FAILED
+                                       : METRICS_RESULT_FETCHED);
+        /* The result is on the topic; the op's messages are done once its
+         * completion is on disk too (DESIGN.md section 4: offsets only
+         * after the batch is durable). */
+        if (store_durable(pl->store) >= m->op->ticket) {
+            consumer_op_finish(pl, m->op);
+        } else {
+            m->op->await_next = pl->await;
+            pl->await = m->op;
+        }
+        break;
+    case OUT_REPLAY:
+        if (store_outbox_ack(pl->store, m->seq, m->op_id, e, sizeof(e)))
+            log_msg(LOG_ERR, "store", "%s", e);
+        pl->st->results++;
+        metrics_add(METRICS_OUTBOX_REPLAYED, 1);
+        break;
+    case OUT_DLQ:
+        metrics_add(METRICS_DLQ, 1);
+        consumer_msg_done(pl, m->msg);
+        break;
+    case OUT_CONFLICT: {
+        metrics_add(METRICS_CONFLICTS_REPORTED, 1);
+        bool first;
+        if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
+                                e, sizeof(e)))
+            log_msg(LOG_ERR, "store", "%s", e);
+        struct outmsg **pp = &pl->conflicts_inflight;
+        while (*pp && *pp != m)
+            pp = &(*pp)->next_conflict;
+        if (*pp)
+            *pp = m->next_conflict;
+        consumer_msg_done(pl, m->msg);
+    }
+        break;
+    }
+    consumer_out_free(m);
+}
+
+void consumer_out_retry_due(struct pipeline *pl)
+{
+    int64_t now = dd_now_ms();
+    struct outmsg **pp = &pl->retry;
+    while (*pp) {
+        struct outmsg *m = *pp;
+        if (m->retry_at_ms <= now) {
+            *pp = m->next;
+            m->next = NULL;
+            consumer_out_send(pl, m);
+        } else
+            pp = &m->next;
+    }
+}
+
+bool consumer_out_conflict_inflight(struct pipeline *pl, const char *op_id,
+                                    const char *hash)
+{
+    for (struct outmsg *m = pl->conflicts_inflight; m; m = m->next_conflict)
+        if (!strcmp(m->op_id, op_id) && !strcmp(m->hash, hash))
+            return true;
+    return false;
+}
+
+/*
+ * A fatal producer error (librdkafka's idempotent producer before 2.3.0 can
+ * hit one after a broker disconnect, librdkafka issue 4438; DESIGN.md section
+ * 6): the producer accepts nothing more.  Purge it (every message it holds
+ * comes back through dr_cb onto the retry list), destroy it and send them
+ * again through a new one.  Results keep their event_key, so a copy that had
+ * reached the topic before the error is dropped downstream; nothing is lost,
+ * since offsets move only on acknowledgements.
+ *
+ * Failpoint for the test of this path (tests/integration/it_producer_fatal.sh):
+ * DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER=N raises one fatal error
+ * (rd_kafka_test_fatal_error) once N results were acknowledged, at a moment
+ * when messages are in flight.
+ */
+static void producer_reset(struct pipeline *pl)
+{
+    int64_t now = dd_now_ms();
+    if (now < pl->reset_retry_at_ms)
+        return;
+    pl->reset_retry_at_ms = now + 1000;
+    size_t held = pl->pending_out;
+    char e[DD_ERRSTR_SIZE];
+    /* every report is served before the old producer goes, or its messages
+     * (and their ops' offsets) would be lost track of */
+    pl->purging = true;
+    dd_err_t err = producer_replace(&pl->h->producer, pl->cfg,
+                                    consumer_out_dr, e, sizeof(e));
+    pl->purging = false;
+    if (err) {
+        log_msg(LOG_ERR, "producer", "fatal producer error: recreating the "
+                "producer: %s; trying again in 1 s", e);
+        return;
+    }
+    metrics_add(METRICS_PRODUCER_RESETS, 1);
+    log_msg(LOG_ERR, "producer",
+            "fatal producer error: producer recreated; %zu messages it held "
+            "(%zu still unacknowledged) are sent again",
+            held, pl->pending_out);
+}
+
+void consumer_out_producer_check(struct pipeline *pl)
+{
+    if (pl->fail_fatal_after >= 0 && pl->pending_out > 0 &&
+        pl->st->results >= (uint64_t)pl->fail_fatal_after) {
+        pl->fail_fatal_after = -1;
+        if (producer_test_fatal(pl->h->producer, "failpoint "
+                                "DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER"))
+            log_msg(LOG_WARNING, "producer", "failpoint: no fatal error raised");
+    }
+    if (producer_fatal(pl->h->producer))
+        producer_reset(pl);
+}
+
