@@ -1279,6 +1279,8 @@ static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
     pl->sfmap = dd_xcalloc(SFMAP_BUCKETS, sizeof(*pl->sfmap), "op map");
     const char *fp = getenv("DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER");
     pl->fail_fatal_after = fp && *fp ? atol(fp) : -1;
+    fp = getenv("DEDUPD_FAILPOINT_EXIT_BEFORE_ACK");
+    pl->fail_exit_before_ack = fp && *fp ? atol(fp) : -1;
     h->consumer->pl = pl;
     if (pl->fetch)
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);

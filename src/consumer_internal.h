@@ -121,6 +121,7 @@ struct pipeline {
     bool purging;         /* producer_reset: reports of purged messages */
     int64_t reset_retry_at_ms; /* producer_reset: not again before */
     long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
+    long fail_exit_before_ack; /* test failpoint (see consumer_out_dr), -1 off */
     int64_t last_activity_ms;
     int64_t next_renew_ms;
     int64_t next_gauges_ms;

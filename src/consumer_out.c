@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dd.h"
@@ -143,6 +144,12 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
  * Delivery report of the results producer: \p opaque is the outmsg, which
  * names its run.  A failed delivery is sent again; an acknowledged one moves
  * its work on (outbox entry deleted, offsets done).
+ *
+ * Failpoint for the outbox test (tests/integration/it_outbox_replay.sh):
+ * DEDUPD_FAILPOINT_EXIT_BEFORE_ACK=N ends the process (_exit 137, as a
+ * SIGKILL would) when the broker acknowledged the Nth result of this run,
+ * before its outbox entry is deleted: the deterministic form of a kill between
+ * the broker's acknowledgement and the local one.
  * @locality pipeline thread (served by producer_poll/flush/purge there).
  */
 void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
@@ -161,6 +168,13 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         return;
     }
     char e[DD_ERRSTR_SIZE];
+    if (pl->fail_exit_before_ack > 0 && m->kind == OUT_RESULT &&
+        pl->st->results + 1 >= (uint64_t)pl->fail_exit_before_ack) {
+        log_msg(LOG_CRIT, "producer", "failpoint DEDUPD_FAILPOINT_EXIT_BEFORE_ACK: "
+                "result %llu acknowledged by the broker; exiting before the "
+                "outbox entry is deleted", (unsigned long long)pl->st->results + 1);
+        _exit(137);
+    }
     switch (m->kind) {
     case OUT_RESULT:
         if (store_outbox_ack(pl->store, m->seq, m->op->op_id, e, sizeof(e)))
