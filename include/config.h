@@ -110,7 +110,9 @@ struct cfg {
  * @param errstr  Optional (may be NULL): "FILE: KEY: why" (or "FILE:LINE:COL:
  *                why (byte N)" for a JSON syntax error, "environment
  *                DEDUPD_X__Y: KEY: why", "config: KEY: why" for a cross-field
- *                rule without a file); never a secret's value.
+ *                rule without a file); never a secret's value.  One line
+ *                of UTF-8: a control character or a byte that is not UTF-8
+ *                in a quoted key or value shows as '?'.
  * @param errstr_size  Size of \p errstr in bytes (DD_ERRSTR_SIZE).
  * @returns DD_OK; DD_ERR_INVAL (unknown key, wrong type, out of range, a
  *          cross-field rule, a provider secret that cannot be read; not

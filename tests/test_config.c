@@ -123,6 +123,18 @@ START_TEST(test_config_env_errors)
 }
 END_TEST
 
+/* The message is one line of UTF-8 (found by fuzz_config): a control
+ * character or a byte that is not UTF-8 in a quoted key or value shows as
+ * '?', the rest as it was. */
+START_TEST(test_config_error_is_one_line_of_utf8)
+{
+    expect_error("{\"a\\u007fb\\nc\xc3\xa9\": 1}", NULL,
+                 ": a?b?c\xc3\xa9: unknown option");
+    char *env[] = {"DEDUPD_STORE__SYNC=x\033[2Jy\xc3", NULL};
+    expect_error(NULL, env, "store.sync: 'x?[2Jy?' is not a boolean");
+}
+END_TEST
+
 START_TEST(test_config_json_syntax_error_has_line)
 {
     expect_error("{\n  \"fetch\": {\n    \"timeout_ms\": ,\n  }\n}", NULL, ":3:");
@@ -430,6 +442,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_config_wrong_types);
     tcase_add_test(tc, test_config_out_of_range_shows_range_and_unit);
     tcase_add_test(tc, test_config_env_errors);
+    tcase_add_test(tc, test_config_error_is_one_line_of_utf8);
     tcase_add_test(tc, test_config_json_syntax_error_has_line);
     tcase_add_test(tc, test_config_missing_file);
     tcase_add_test(tc, test_config_cross_field_rules);
