@@ -39,11 +39,13 @@
 #define DEDUPD_API_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "err.h"
 
 struct api;
 struct cfg;
+struct job;
 struct job_conf;
 struct store;
 
@@ -70,6 +72,34 @@ struct store;
 dd_err_t api_new(const struct cfg *cfg, const struct job_conf *jconf,
                  struct store *store, struct api **out, char *errstr,
                  size_t errstr_size) DD_WUR;
+
+/**
+ * @brief The body handling of `POST /v1/jobs`, before the store and Kafka:
+ *        the Idempotency-Key check (1..255 printable ASCII, no quote or
+ *        backslash), job_with_key() under \p scope, job_parse().  The job
+ *        API's handler calls it first; tests/fuzz/fuzz_api_submit.c calls it
+ *        on fuzzed keys and bodies.
+ * @param scope  api.scope, NUL-terminated (borrowed).
+ * @param jconf  Identity settings (borrowed for the call).
+ * @param idempotency_key  The header's value, NUL-terminated, or NULL when
+ *               absent (borrowed).
+ * @param body, len  The request body (borrowed).
+ * @param job    Out: the parsed job (job_destroy()) when 0 is returned, else
+ *               NULL.
+ * @param keyed  Out: the keyed payload job_with_key() wrote (free()), what is
+ *               produced, when 0 is returned with a key; else NULL.
+ * @param keyed_len  Out: length of the payload produced: *keyed's, or \p len
+ *               without a key.
+ * @param response_json  Out: on 400 the malloc'd error body
+ *               `{"error": "<reason>"}` (NULL only if it could not be
+ *               built); NULL when 0 is returned.
+ * @returns 0 (go on: receipt, produce) or 400.
+ * @locality any thread; reentrant (the api listener's thread).
+ */
+int api_submit_parse(const char *scope, const struct job_conf *jconf,
+                     const char *idempotency_key, const void *body,
+                     size_t len, struct job **job, char **keyed,
+                     size_t *keyed_len, char **response_json) DD_WUR;
 
 /**
  * @brief Set what `GET /readyz` answers: 200 when \p ready, else 503 "not

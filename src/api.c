@@ -205,34 +205,52 @@ static int submit_produce(struct api *a, const struct job *job,
     return 202;
 }
 
-/* POST /v1/jobs.  @locality api listener thread. */
-static int api_submit(void *opaque, const char *idempotency_key,
-                      const void *body, size_t len, char **response_json,
-                      char **hname, char **hvalue)
+int api_submit_parse(const char *scope, const struct job_conf *jconf,
+                     const char *idempotency_key, const void *body, size_t len,
+                     struct job **job, char **keyed, size_t *keyed_len,
+                     char **response_json)
 {
-    struct api *a = opaque;
     char e[DD_ERRSTR_SIZE];
-    char *keyed = NULL;
-    size_t keyed_len = len;
-    struct job *job = NULL;
-    int status;
+    *job = NULL;
+    *keyed = NULL;
+    *keyed_len = len;
+    *response_json = NULL;
     if (idempotency_key && !api_key_valid(idempotency_key)) {
         *response_json = api_error("malformed Idempotency-Key: 1..255 printable "
                                    "ASCII characters, no quote or backslash");
         return 400;
     }
     if (idempotency_key &&
-        job_with_key(body, len, idempotency_key, a->cfg->api_scope, &keyed,
-                     &keyed_len, e, sizeof(e))) {
+        job_with_key(body, len, idempotency_key, scope, keyed, keyed_len, e,
+                     sizeof(e))) {
         *response_json = api_error(e);
         return 400;
     }
-    const void *payload = keyed ? keyed : body;
-    if (job_parse(&a->jconf, payload, keyed_len, &job, e, sizeof(e))) {
+    if (job_parse(jconf, *keyed ? *keyed : body, *keyed_len, job, e,
+                  sizeof(e))) {
+        free(*keyed);
+        *keyed = NULL;
         *response_json = api_error(e);
-        status = 400;
-        goto out;
+        return 400;
     }
+    return 0;
+}
+
+/* POST /v1/jobs.  @locality api listener thread. */
+static int api_submit(void *opaque, const char *idempotency_key,
+                      const void *body, size_t len, char **response_json,
+                      char **hname, char **hvalue)
+{
+    struct api *a = opaque;
+    char *keyed;
+    size_t keyed_len;
+    struct job *job;
+    int status = api_submit_parse(a->cfg->api_scope, &a->jconf,
+                                  idempotency_key, body, len, &job, &keyed,
+                                  &keyed_len, response_json);
+    if (status)
+        return status;
+    const void *payload = keyed ? keyed : body;
     if (idempotency_key) {
         status = submit_receipt(a, job, response_json, hname, hvalue);
         if (status)
