@@ -2,20 +2,29 @@
  * fuzz_retry_after.c - retry_after_parse() on arbitrary bytes.
  *
  * The input (NUL-terminated copy of exactly size + 1 bytes) is parsed at
- * several clocks and clamps, so one input covers the RFC 850 century rule
- * (now in 1970, 1994, 2025, 2100, 9999, and before the epoch) and the clamp
- * edges (0, 1 ms, 1500 ms, 5 min, INT64_MAX, and a negative max that means 0).
+ * several fixed clocks and clamps (now in 1970, 1994, 2025, 2100, 9999, and
+ * before the epoch; max 0, 1 ms, 1500 ms, 5 min, INT64_MAX, and a negative
+ * max that means 0), and then at clocks and clamps taken from what the input
+ * means, so that the fuzzer's bytes move the edges too: for delay-seconds,
+ * max one below, at and one above the value; for an HTTP-date, now one ms
+ * before, at and after its instant, and max one below and at the delay.
  *
  * Properties, abort() on violation:
  *  - a returned delay is within [0, max(max_ms, 0)];
  *  - when the value is refused, *delay_ms is left untouched;
- *  - the result (valid or not) does not depend on the clock for
- *    delay-seconds, and equals min(seconds * 1000, max) computed here
- *    without overflow (reference model);
+ *  - delay-seconds (1*DIGIT after OWS is trimmed: the RFC 9110 grammar,
+ *    written here independently) is accepted at every clock and equals
+ *    min(seconds * 1000, max) computed here in 128-bit arithmetic
+ *    (reference model), at the fixed clamps and at the value's own edges;
  *  - an HTTP-date is one instant: with no clamp (INT64_MAX), two clocks
  *    a < b that both accept it give delays with d(a) - d(b) == b - a while
- *    both are positive, and d(a) >= d(b) always.  RFC 850 dates (the only
- *    form with '-') are left out: their century depends on the clock.
+ *    both are positive, and d(a) >= d(b) always; it is accepted at every
+ *    clock or at none; its instant T = now + d gives 1 ms at now = T - 1 and
+ *    0 at T and T + 1; a clamp of d - 1 gives d - 1 and one of d gives d.
+ *    RFC 850 dates (the only form with '-') are left out of these: their
+ *    century depends on the clock.  For them, RFC 9110 5.6.7: a delay is
+ *    never more than 50 years (checked as 51 * 366 days, so a wrong century
+ *    shows while a calendar is not re-implemented here).
  */
 #include <stdint.h>
 
@@ -91,7 +100,53 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
     }
+    if (all_digits) {
+        /* the clamp at the value itself: one below, at and one above */
+        int64_t v = ref_seconds(t, tlen, INT64_MAX);
+        int64_t edges[3] = { v - 1, v, v == INT64_MAX ? v : v + 1 };
+        for (size_t j = 0; j < 3; j++) {
+            int64_t d = INT64_MIN + 7;
+            int64_t clamp = edges[j] < 0 ? 0 : edges[j];
+            int64_t want = v < clamp ? v : clamp;
+            FUZZ_CHECK(retry_after_parse(s, nows[2], edges[j], &d) &&
+                           d == want,
+                       "'%s' max=%lld: delay %lld, want %lld", s,
+                       (long long)edges[j], (long long)d, (long long)want);
+        }
+    }
+    if (!all_digits && memchr(t, '-', tlen)) {
+        /* RFC 850: never more than 50 years ahead */
+        const int64_t limit = INT64_C(51) * 366 * 86400 * 1000;
+        for (size_t a = 0; a < N(nows); a++)
+            FUZZ_CHECK(!date_ok[a] || date_d[a] <= limit, "'%s': RFC 850 "
+                       "date %lld ms after now=%lld, more than 50 years", s,
+                       (long long)date_d[a], (long long)nows[a]);
+    }
     if (!all_digits && !memchr(t, '-', tlen)) {
+        /* the edges of the instant and of the clamp, from the first clock
+         * at which the date is ahead */
+        for (size_t a = 0; a < N(nows); a++) {
+            if (!date_ok[a] || date_d[a] <= 0)
+                continue;
+            int64_t when = nows[a] + date_d[a], d;
+            const struct { int64_t now, max, want; } e[] = {
+                { when - 1, INT64_MAX, 1 },
+                { when, INT64_MAX, 0 },
+                { when + 1, INT64_MAX, 0 },
+                { nows[a], date_d[a] - 1, date_d[a] - 1 },
+                { nows[a], date_d[a], date_d[a] },
+            };
+            for (size_t k = 0; k < N(e); k++) {
+                d = INT64_MIN + 7;
+                FUZZ_CHECK(retry_after_parse(s, e[k].now, e[k].max, &d) &&
+                               d == e[k].want,
+                           "'%s' (instant %lld) now=%lld max=%lld: delay "
+                           "%lld, want %lld", s, (long long)when,
+                           (long long)e[k].now, (long long)e[k].max,
+                           (long long)d, (long long)e[k].want);
+            }
+            break;
+        }
         for (size_t a = 0; a < N(nows); a++) {
             for (size_t b = 0; b < N(nows); b++) {
                 if (!date_ok[a] || !date_ok[b] || nows[a] >= nows[b])
