@@ -107,6 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (status == 400) {
         FUZZ_CHECK(job == NULL && keyed == NULL,
                    "400 with a job or a payload left");
+        FUZZ_CHECK(resp != (char *)(uintptr_t)1, "400: body not written");
         check_error_body(resp);
     } else {
         FUZZ_CHECK(resp == NULL, "0 with a response body");
