@@ -71,7 +71,8 @@ dd_err_t store_op_id_check(const char *fn, const char *op_id, char *errstr,
 
 /* Lock the stripes whose bits are set in \p mask, in ascending order (no
  * deadlock with anyone). */
-static void stripes_lock(struct store *s, const uint64_t mask[STORE_STRIPES / 64])
+static void stripes_lock(struct store *s,
+                         const uint64_t mask[STORE_STRIPES / 64])
 {
     for (uint32_t st = 0; st < STORE_STRIPES; st++)
         if (mask[st / 64] >> (st % 64) & 1)
