@@ -323,6 +323,8 @@ out:
     return err;
 }
 
+/* @locality the pipeline, an HTTP server thread (GET /v1/ops/{op_id}), or
+ * the CLI's thread (`dedupd inspect`). */
 dd_err_t store_op_get(struct store *s, const char *op_id, int64_t now_ms,
                       struct store_op *op, bool *found, char *errstr,
                       size_t errstr_size)
@@ -385,7 +387,7 @@ static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
                            int64_t now_ms);
 
 /* The lease of a live op, renewed: now + lease; a leased record must not
- * expire under its holder. */
+ * expire under its holder.  @locality any thread (op_transition). */
 static void lease_extend(struct store *s, struct store_op *op, int64_t now_ms)
 {
     op->updated_at_ms = now_ms;
@@ -394,7 +396,8 @@ static void lease_extend(struct store *s, struct store_op *op, int64_t now_ms)
         op->expires_at_ms = op->lease_expires_at_ms;
 }
 
-/* A transition's change to the fenced record; DD_ERR_STATE refuses it. */
+/* A transition's change to the fenced record; DD_ERR_STATE refuses it.
+ * @locality the caller's of op_transition. */
 typedef dd_err_t(op_edit_fn)(struct store_op *op, const void *arg,
                              int64_t now_ms, const char *op_id, char *errstr,
                              size_t errstr_size);
@@ -487,6 +490,7 @@ static dd_err_t edit_resume(struct store_op *op, const void *arg,
     return DD_OK;
 }
 
+/* @locality the pipeline (lease renewal). */
 static dd_err_t edit_none(struct store_op *op, const void *arg, int64_t now_ms,
                           const char *op_id, char *errstr, size_t errstr_size)
 {
@@ -1429,12 +1433,15 @@ void store_index_stats_get(struct store *s, struct store_index_stats *st)
 /* ---------------------------------------------------------------------- */
 /* attempts                                                                */
 
-/* A NUL-terminated string within its array of \p size bytes. */
+/* A NUL-terminated string within its array of \p size bytes.
+ * @locality any thread. */
 static bool bounded(const char *str, size_t size)
 {
     return memchr(str, '\0', size) != NULL;
 }
 
+/* Every attempt numbered and its strings terminated in their arrays.
+ * @locality any thread (store_op_retry runs on the fetch engine's). */
 static dd_err_t attempts_check(const char *fn, const char *op_id,
                                const struct store_attempt *attempts, size_t n,
                                char *errstr, size_t errstr_size)
@@ -1501,7 +1508,7 @@ dd_err_t store_attempts_put(struct store *s, const char *op_id,
     return DD_OK;
 }
 
-/* @locality the pipeline, or an HTTP server thread (GET /v1/ops). */
+/* @locality the pipeline, or the CLI's thread (`dedupd inspect`). */
 dd_err_t store_attempts_get(struct store *s, const char *op_id,
                             int64_t now_ms, struct store_attempt **out,
                             size_t *n, char *errstr, size_t errstr_size)

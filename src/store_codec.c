@@ -30,6 +30,7 @@ struct enc {
     bool overflow;
 };
 
+/* @locality any thread. */
 static void enc_bytes(struct enc *e, const void *p, size_t n)
 {
     if (e->overflow || n > e->cap - e->len) {
@@ -41,17 +42,20 @@ static void enc_bytes(struct enc *e, const void *p, size_t n)
     e->len += n;
 }
 
+/* @locality any thread. */
 static void enc_u8(struct enc *e, uint8_t v)
 {
     enc_bytes(e, &v, 1);
 }
 
+/* @locality any thread. */
 static void enc_u16(struct enc *e, uint16_t v)
 {
     unsigned char b[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
     enc_bytes(e, b, 2);
 }
 
+/* @locality any thread. */
 static void enc_u32(struct enc *e, uint32_t v)
 {
     unsigned char b[4];
@@ -60,6 +64,7 @@ static void enc_u32(struct enc *e, uint32_t v)
     enc_bytes(e, b, 4);
 }
 
+/* @locality any thread. */
 static void enc_u64(struct enc *e, uint64_t v)
 {
     unsigned char b[8];
@@ -67,6 +72,7 @@ static void enc_u64(struct enc *e, uint64_t v)
     enc_bytes(e, b, 8);
 }
 
+/* @locality any thread. */
 static void enc_str(struct enc *e, const char *s, size_t n)
 {
     if (n > UINT16_MAX) {
@@ -78,7 +84,7 @@ static void enc_str(struct enc *e, const char *s, size_t n)
 }
 
 /* A string of an array of \p size bytes: refused (overflow) when it is not
- * NUL-terminated within it. */
+ * NUL-terminated within it.  @locality any thread. */
 static void enc_array_str(struct enc *e, const char *s, size_t size)
 {
     size_t n = strnlen(s, size);
@@ -89,7 +95,7 @@ static void enc_array_str(struct enc *e, const char *s, size_t size)
     enc_str(e, s, n);
 }
 
-/* NULL as "", else at most \p max bytes. */
+/* NULL as "", else at most \p max bytes.  @locality any thread. */
 static void enc_opt_str(struct enc *e, const char *v, size_t max)
 {
     size_t n = v ? strnlen(v, max + 1) : 0;
@@ -100,6 +106,7 @@ static void enc_opt_str(struct enc *e, const char *v, size_t max)
     enc_str(e, v ? v : "", n);
 }
 
+/* @locality any thread. */
 static void enc_header(struct enc *e, enum store_codec_kind kind,
                        int64_t expires_at)
 {
@@ -110,6 +117,7 @@ static void enc_header(struct enc *e, enum store_codec_kind kind,
     enc_bytes(e, h, sizeof(h));
 }
 
+/* @locality any thread. */
 static size_t enc_done(const struct enc *e)
 {
     return e->overflow ? 0 : e->len;
@@ -125,6 +133,7 @@ struct dec {
     bool bad;
 };
 
+/* @locality any thread. */
 static const unsigned char *dec_bytes(struct dec *d, size_t n)
 {
     if (d->bad || n > d->len - d->off) {
@@ -136,18 +145,21 @@ static const unsigned char *dec_bytes(struct dec *d, size_t n)
     return r;
 }
 
+/* @locality any thread. */
 static uint8_t dec_u8(struct dec *d)
 {
     const unsigned char *b = dec_bytes(d, 1);
     return b ? b[0] : 0;
 }
 
+/* @locality any thread. */
 static uint16_t dec_u16(struct dec *d)
 {
     const unsigned char *b = dec_bytes(d, 2);
     return b ? (uint16_t)(b[0] | (b[1] << 8)) : 0;
 }
 
+/* @locality any thread. */
 static uint32_t dec_u32(struct dec *d)
 {
     const unsigned char *b = dec_bytes(d, 4);
@@ -157,13 +169,15 @@ static uint32_t dec_u32(struct dec *d)
            | (uint32_t)b[3] << 24;
 }
 
+/* @locality any thread. */
 static uint64_t dec_u64(struct dec *d)
 {
     const unsigned char *b = dec_bytes(d, 8);
     return b ? store_codec_le64_get(b) : 0;
 }
 
-/* A string into a NUL-terminated buffer of max + 1 bytes. */
+/* A string into a NUL-terminated buffer of max + 1 bytes.
+ * @locality any thread. */
 static void dec_str(struct dec *d, char *out, size_t max)
 {
     uint16_t n = dec_u16(d);
@@ -181,7 +195,8 @@ static void dec_str(struct dec *d, char *out, size_t max)
     out[n] = '\0';
 }
 
-/* A borrowed string (pointer into the value) of at most max bytes. */
+/* A borrowed string (pointer into the value) of at most max bytes.
+ * @locality any thread. */
 static const char *dec_str_ref(struct dec *d, size_t max, size_t *n)
 {
     uint16_t len = dec_u16(d);
@@ -196,6 +211,7 @@ static const char *dec_str_ref(struct dec *d, size_t max, size_t *n)
 /*
  * Check the header of a value and return its expires_at.  Errors name the CF
  * and the key.
+ * @locality any thread.
  */
 static dd_err_t dec_header(struct dec *d, enum store_codec_kind kind,
                            int64_t *expires_at, const char *key,
@@ -222,6 +238,7 @@ static dd_err_t dec_header(struct dec *d, enum store_codec_kind kind,
     return DD_OK;
 }
 
+/* @locality any thread. */
 static struct dec dec_of(const void *val, size_t len)
 {
     return (struct dec){(const unsigned char *)val, len, 0, false};

@@ -137,6 +137,7 @@ uint64_t store_index_hdigest(const struct store_index *ix,
     return o[0];
 }
 
+/* @locality any thread. */
 static uint64_t idx_meta(int64_t expires_at_ms, enum store_op_state state,
                          enum store_outbox_state outbox)
 {
@@ -151,11 +152,13 @@ static uint64_t idx_meta(int64_t expires_at_ms, enum store_op_state state,
            | (uint64_t)outbox << IDX_OB_SHIFT;
 }
 
+/* @locality any thread. */
 static int idx_state(uint64_t m)
 {
     return (int)(m >> IDX_ST_SHIFT & 0xff);
 }
 
+/* @locality any thread. */
 static int idx_expiry(uint64_t m, int64_t now_ms, int64_t filter_now_ms)
 {
     int64_t e = (int64_t)(m & IDX_EXP_MASK);
@@ -187,6 +190,7 @@ void store_index_entry_op(const struct store_index_entry *e,
 /* ---------------------------------------------------------------------- */
 /* segments                                                                */
 
+/* @locality any thread. */
 static struct idx_seg *idx_seg_of(struct store_index *ix,
                                   const struct store_index_key *k)
 {
@@ -199,7 +203,8 @@ bool store_index_complete(struct store_index *ix)
            && !atomic_load(&ix->off);
 }
 
-/* k's slot, or the empty slot where it would go.  Caller holds g->lock. */
+/* k's slot, or the empty slot where it would go.  Caller holds g->lock.
+ * @locality any thread. */
 static struct store_index_entry *seg_probe(const struct idx_seg *g,
                                            const struct store_index_key *k)
 {
@@ -214,7 +219,7 @@ static struct store_index_entry *seg_probe(const struct idx_seg *g,
 }
 
 /* Prefetch k's home slot (batches: overlap the cache misses of a segment's
- * keys).  Caller holds g->lock. */
+ * keys).  Caller holds g->lock.  @locality any thread. */
 static void seg_prefetch(const struct idx_seg *g,
                          const struct store_index_key *k)
 {
@@ -229,6 +234,7 @@ static void seg_prefetch(const struct idx_seg *g,
  * transparent huge pages (fewer TLB misses on random probes).  A failure is
  * NULL, not an abort: the index turns off (or store_open fails), the store
  * keeps working from RocksDB.
+ * @locality any thread.
  */
 static struct store_index_entry *slots_alloc(uint64_t n)
 {
@@ -242,12 +248,14 @@ static struct store_index_entry *slots_alloc(uint64_t n)
     return p; /* zero-filled */
 }
 
+/* @locality any thread. */
 static void slots_free(struct store_index_entry *p, uint64_t n)
 {
     if (p)
         munmap(p, (size_t)n * sizeof(*p));
 }
 
+/* @locality any thread. */
 static void idx_raise_horizon(struct store_index *ix, int64_t t)
 {
     int64_t cur = atomic_load(&ix->horizon_ms);
@@ -260,6 +268,7 @@ static void idx_raise_horizon(struct store_index *ix, int64_t t)
  * Rehash segment g into ncap slots; unless purge_now_ms is INT64_MIN, drop
  * tombstones and entries expired at purge_now_ms.  Caller holds the write
  * lock.  Returns false when out of memory (g unchanged).
+ * @locality any thread.
  */
 static bool seg_rehash(struct store_index *ix, struct idx_seg *g,
                        uint64_t ncap, int64_t purge_now_ms)
@@ -297,7 +306,8 @@ static bool seg_rehash(struct store_index *ix, struct idx_seg *g,
     return true;
 }
 
-/* Make room for one more entry.  0: room; 1: full at the bound; -1: NOMEM. */
+/* Make room for one more entry.  0: room; 1: full at the bound; -1: NOMEM.
+ * @locality any thread. */
 static int seg_make_room(struct store_index *ix, struct idx_seg *g,
                          int64_t now_ms, enum store_index_put_mode mode)
 {
@@ -323,6 +333,7 @@ static int seg_make_room(struct store_index *ix, struct idx_seg *g,
  * holds the op's stripe; STORE_INDEX_FILL: the caller read it under the op's
  * stripe; STORE_INDEX_REBUILD: the rebuild thread's snapshot.  Caller holds
  * g's write lock.
+ * @locality any thread.
  */
 static void idx_put_locked(struct store_index *ix, struct idx_seg *g,
                            const struct store_index_key *k, uint64_t h,
@@ -357,6 +368,7 @@ static void idx_put_locked(struct store_index *ix, struct idx_seg *g,
     g->used++;
 }
 
+/* @locality any thread. */
 static void idx_put(struct store_index *ix, const struct store_index_key *k,
                     uint64_t h, uint64_t m, int64_t now_ms,
                     enum store_index_put_mode mode)
@@ -369,7 +381,8 @@ static void idx_put(struct store_index *ix, const struct store_index_key *k,
     pthread_rwlock_unlock(&g->lock);
 }
 
-/* The digest and meta of op record \p op under g's write lock. */
+/* The digest and meta of op record \p op under g's write lock.
+ * @locality any thread. */
 static void idx_put_op_locked(struct store_index *ix, struct idx_seg *g,
                               const struct store_index_key *k,
                               const struct store_op *op, int64_t now_ms,
@@ -554,6 +567,7 @@ void store_index_put_batch(struct store_index *ix,
 /* ---------------------------------------------------------------------- */
 /* life cycle                                                              */
 
+/* @locality any thread. */
 static void random_key(unsigned char k[16])
 {
     size_t got = 0;

@@ -123,7 +123,8 @@ static inline int64_t store_clock_ms(struct store *s)
     return c ? c : dd_now_ms();
 }
 
-/* a + b, saturating at INT64_MAX (a TTL never wraps an expiry). */
+/* a + b, saturating at INT64_MAX (a TTL never wraps an expiry).
+ * @locality any thread. */
 static inline int64_t store_add_ms(int64_t a, int64_t b)
 {
     if (b > 0 && a > INT64_MAX - b)
@@ -131,14 +132,14 @@ static inline int64_t store_add_ms(int64_t a, int64_t b)
     return a + b;
 }
 
-/* The stripe of the op whose index key is \p k. */
+/* The stripe of the op whose index key is \p k.  @locality any thread. */
 static inline pthread_mutex_t *store_key_stripe(struct store *s,
                                                 const struct store_index_key *k)
 {
     return &s->stripes[k->k0 % STORE_STRIPES];
 }
 
-/* The stripe of \p op_id; \p k gets its index key. */
+/* The stripe of \p op_id; \p k gets its index key.  @locality any thread. */
 static inline pthread_mutex_t *store_op_stripe(struct store *s,
                                                const char *op_id,
                                                struct store_index_key *k)
@@ -148,12 +149,13 @@ static inline pthread_mutex_t *store_op_stripe(struct store *s,
 }
 
 /* Convert a RocksDB error at the boundary: "call(what): message" in errstr,
- * then rocksdb_free(rerr).  @returns DD_ERR_IO.  (store_db.c) */
+ * then rocksdb_free(rerr).  @returns DD_ERR_IO.  @locality any thread.
+ * (store_db.c) */
 dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
                         char *errstr, size_t errstr_size);
 
 /* DD_ERR_INVAL unless op_id is 1..STORE_KEY_MAX bytes ("fn: op_id of N
- * bytes (must be 1..512)").  (store.c) */
+ * bytes (must be 1..512)").  @locality any thread.  (store.c) */
 dd_err_t store_op_id_check(const char *fn, const char *op_id, char *errstr,
                            size_t errstr_size);
 

@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The stripe of a key that is not an op_id (seen keys, receipts). */
+/* The stripe of a key that is not an op_id (seen keys, receipts).
+ * @locality any thread (receipts: the HTTP server's). */
 static pthread_mutex_t *key_stripe_of(struct store *s, const void *key,
                                       size_t len)
 {
