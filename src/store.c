@@ -151,7 +151,6 @@ static dd_err_t op_write(struct store *s, const char *op_id,
     return DD_OK;
 }
 
-
 /*
  * Hand out an outbox seq.  Seqs are reserved in meta by blocks, each
  * reservation written (in WAL order) before any seq of its block is used, so
@@ -191,6 +190,7 @@ out:
     pthread_mutex_unlock(&s->seq_mu);
     return err;
 }
+
 /* ---------------------------------------------------------------------- */
 /* ops                                                                     */
 
@@ -693,7 +693,6 @@ out:
     return err;
 }
 
-
 /* ---------------------------------------------------------------------- */
 /* group commit of completions                                             */
 
@@ -851,6 +850,7 @@ dd_err_t store_complete_batch(struct store *s,
         .ops = malloc(n * sizeof(*cb.ops)),
         .digests = malloc(n * sizeof(*cb.digests)),
     };
+    rocksdb_writebatch_t *wb = NULL;
     dd_err_t err = DD_OK;
     if (!cb.keys || !cb.ops || !cb.digests) {
         dd_errstr_set(errstr, errstr_size,
@@ -863,12 +863,11 @@ dd_err_t store_complete_batch(struct store *s,
     complete_batch_prepare(s, reqs, n, &cb);
     /* the ops' stripes in ascending order, as store_claim_batch */
     stripes_lock(s, cb.locked);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    wb = rocksdb_writebatch_create();
     if (complete_batch_stage(s, reqs, n, &cb, wb, now_ms))
         err = complete_batch_write(s, reqs, n, &cb, wb, now_ms, errstr,
                                    errstr_size);
     stripes_unlock(s, cb.locked);
-    rocksdb_writebatch_destroy(wb);
     /* a completion refused or fenced wrote nothing of its validator */
     for (size_t i = 0; i < n; i++)
         if (reqs[i].err)
@@ -880,11 +879,14 @@ dd_err_t store_complete_batch(struct store *s,
                 break;
             }
 out:
+    if (wb)
+        rocksdb_writebatch_destroy(wb);
     free(cb.keys);
     free(cb.ops);
     free(cb.digests);
     return err;
 }
+
 /* ---------------------------------------------------------------------- */
 /* outbox                                                                  */
 
@@ -1430,6 +1432,7 @@ void store_index_stats_get(struct store *s, struct store_index_stats *st)
 {
     store_index_stats_fill(s->idx, st);
 }
+
 /* ---------------------------------------------------------------------- */
 /* attempts                                                                */
 
@@ -1577,7 +1580,6 @@ out:
     *n = count;
     return DD_OK;
 }
-
 
 /* ---------------------------------------------------------------------- */
 /* forget, names                                                           */
