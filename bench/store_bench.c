@@ -49,7 +49,7 @@
 #define EKEY "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 #define MAX_SIZES 8
 #define ID_LEN 32
-#define RAW_VALUE_LEN 220 /* about an op record: see src/store.c */
+#define RAW_VALUE_LEN 220 /* about an op record: see include/store_codec.h */
 
 struct opts {
     long sizes[MAX_SIZES];

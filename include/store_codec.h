@@ -1,33 +1,79 @@
 /**
  * @file store_codec.h
- * @brief INTERNAL TEST HOOK, not an API: the value codecs of the store's op,
- *        attempt, outbox, validator and body records (static in store.c), for
- *        tests/fuzz/fuzz_record.c and unit tests.
+ * @brief INTERNAL to the store (src/store*.c), its unit tests and fuzzers:
+ *        the byte layout of every record the store writes, with its encoder
+ *        and decoder.  Not an API: the layouts are the store's layout
+ *        version STORE_LAYOUT_V1 and change with it.
  *
- * The wrappers are defined in a block at the end of src/store.c and call the
- * static encoder/decoders unchanged.  Production code uses store.h only; the
- * layouts may change with the store's layout version.
+ * Pure: no RocksDB, no clock, no allocation, no lock; every function is safe
+ * from any thread (@locality any thread, for all of them).  Decoders bound
+ * every read by the value's length and refuse anything unexpected with
+ * DD_ERR_FATAL and a text naming the column family and the key; encoders
+ * write a whole record or nothing of use (they return 0 when the buffer is
+ * too small or a string is not NUL-terminated within its array).
  *
- * Value layout (little-endian; strings are a u16 length and that many bytes):
- *   header (STORE_CODEC_HDR_LEN = 16 bytes): [0] layout version, [1] record
- *   type, [2..7] zero, [8..15] expires_at_ms (i64);
- *   op:      u8 state, u8 outbox_state, u64 generation, i64 lease_expires_at,
- *            i64 created_at, i64 updated_at, u32 attempts, u64 outbox_seq,
- *            str request_hash, str event_key, str lease_owner, str source,
- *            str category, then i64 not_before in state retryable only;
- *   attempt: u32 number, u64 generation, i64 started_at, i64 ended_at,
- *            u32 status, u64 bytes, str session, str exit_addr, str category,
- *            str error (written by store_attempts_put());
- *   outbox:  str op_id, str event_key, u64 generation, u32 value_len, value
- *            (written by store_complete(); expires_at 0);
- *   validator: i64 stored_at, i32 status, u64 body_len, str body_sha256,
- *            str etag, str last_modified, str content_type, str final_url
- *            (written by store_complete_batch());
- *   body:    u64 body_len, then body_len bytes (key: the body's hex SHA-256).
+ * On-disk layout V1.  Integers are little-endian (except outbox and attempt
+ * keys, big-endian so that iteration order is number order), strings are a
+ * u16 length and that many bytes.  Every value of an expiring column family
+ * starts with the 16-byte header (STORE_CODEC_HDR_LEN):
+ *   [0] layout version (STORE_LAYOUT_V1), [1] record type
+ *   (enum store_codec_kind), [2..7] zero (reserved, not read), [8..15]
+ *   expires_at, i64 ms since the epoch
+ * so one compaction filter drops expired records by reading 8 bytes at a
+ * fixed offset.
+ *
+ *   ops        key op_id
+ *              value header(OP) u8 state, u8 outbox_state, u64 generation,
+ *                    i64 lease_expires_at, i64 created_at, i64 updated_at,
+ *                    u32 attempts, u64 outbox_seq, then the strings
+ *                    request_hash, event_key, lease_owner, source, category,
+ *                    then, in state retryable only, i64 not_before (the
+ *                    next attempt's earliest start; added without a layout
+ *                    bump: no earlier dedupd wrote state retryable.  One way:
+ *                    a dedupd from before it calls such a record corrupt, so
+ *                    going back needs no retryable op in the store)
+ *   attempts   key op_id "\n" u32 number, big-endian (iteration order = number
+ *              order; the key length tells op "a" from op "a\n...")
+ *              value header(ATTEMPT, expires_at = written + ops TTL)
+ *                    u32 number, u64 generation, i64 started_at, i64 ended_at,
+ *                    i32 status, u64 bytes, then the strings session,
+ *                    exit_addr, category, error
+ *   outbox     key u64 seq, big-endian (iteration order = sequence order)
+ *              value header(OUTBOX, expires_at 0) str op_id, str event_key,
+ *                    u64 generation, u32 value_len, value bytes
+ *   conflicts  key op_id "\n" request_hash
+ *              value header(CONFLICT) i64 first_seen_at
+ *   seen       key caller bytes
+ *              value header(SEEN) i64 created_at
+ *   receipts   key Idempotency-Key
+ *              value header(RECEIPT) u8 state (1 pending, 2 done),
+ *                    str request_hash, str receipt
+ *   validators key resource key (caller bytes, 1..STORE_KEY_MAX)
+ *              value header(VALIDATOR, expires_at = stored_at +
+ *                    validators TTL) i64 stored_at, i32 status,
+ *                    u64 body_len, then the strings body_sha256 (64 hex),
+ *                    etag, last_modified, content_type, final_url
+ *   bodies     key hex SHA-256 of the body (64 bytes)
+ *              value header(BODY, expires_at as its latest validator)
+ *                    u64 body_len, then the body_len bytes of the body
+ *   meta       "layout_version"       u32 LE (kept trivially simple so that every
+ *                                     past and future dedupd can read it)
+ *              "outbox_seq_reserved"  u64 LE: sequence numbers below it may have
+ *                                     been handed out; a restart starts above it
+ *
+ * The attempts, receipts, validators and bodies column families were added
+ * without a layout bump: their records use the V1 header, store_open creates
+ * them in an existing store, and an older dedupd opens them as column
+ * families of a newer layout (no TTL filter there, untouched otherwise).
+ *
+ * Expiry: a record is expired when expires_at < now (C-28: written at t with
+ * TTL d it is still live at t + d): store_record_expired(), the one test of
+ * reads, the hot index and the compaction filter.
  */
 #ifndef DEDUPD_STORE_CODEC_H
 #define DEDUPD_STORE_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,92 +82,343 @@
 
 #define STORE_CODEC_HDR_LEN 16
 
-/** Record kinds for store_codec_header(). */
+/** Record kinds: byte 1 of the header. */
 enum store_codec_kind {
     STORE_CODEC_OP = 1,
     STORE_CODEC_OUTBOX = 2,
+    STORE_CODEC_CONFLICT = 3,
+    STORE_CODEC_SEEN = 4,
     STORE_CODEC_ATTEMPT = 5,
+    STORE_CODEC_RECEIPT = 6,
     STORE_CODEC_VALIDATOR = 7,
     STORE_CODEC_BODY = 8,
 };
 
-/** A decoded outbox entry: pointers borrow the decoded value. */
-struct store_codec_outbox {
-    const char *op_id;
-    size_t op_id_len;
-    const char *event_key;
-    size_t event_key_len;
-    uint64_t generation;
-    const void *value;
-    size_t value_len;
-};
+/** The largest op value: header, fixed fields, 5 strings, not_before. */
+#define STORE_CODEC_OP_VALUE_MAX                                              \
+    (STORE_CODEC_HDR_LEN + 1 + 1 + 8 + 8 + 8 + 8 + 4 + 8 + 5 * 2              \
+     + STORE_HASH_LEN * 2 + STORE_OWNER_MAX + STORE_SOURCE_MAX                \
+     + STORE_CATEGORY_MAX + 8)
 
-/** @brief Size of the largest op value (a buffer for store_codec_op_encode). */
-size_t store_codec_op_value_max(void);
+/** The largest attempt value: header, fixed fields, 4 strings. */
+#define STORE_CODEC_ATTEMPT_VALUE_MAX                                         \
+    (STORE_CODEC_HDR_LEN + 4 + 8 + 8 + 8 + 4 + 8 + 4 * 2                      \
+     + 2 * STORE_SESSION_MAX + STORE_CATEGORY_MAX + STORE_ERROR_MAX)
+
+/** The largest attempt key: op_id, "\n", u32 number. */
+#define STORE_CODEC_ATTEMPT_KEY_MAX (STORE_KEY_MAX + 1 + 4)
+
+/** The largest conflict key: op_id, "\n", request_hash. */
+#define STORE_CODEC_CONFLICT_KEY_MAX (STORE_KEY_MAX + 1 + STORE_HASH_LEN)
+
+/** An outbox key: u64 seq, big-endian. */
+#define STORE_CODEC_OUTBOX_KEY_LEN 8
+
+/** The largest validator value: header, fixed fields, 5 strings. */
+#define STORE_CODEC_VALIDATOR_VALUE_MAX                                       \
+    (STORE_CODEC_HDR_LEN + 8 + 4 + 8 + 5 * 2 + STORE_HASH_LEN                 \
+     + STORE_ETAG_MAX + STORE_LAST_MODIFIED_MAX + STORE_CONTENT_TYPE_MAX      \
+     + STORE_URL_MAX)
+
+/** The part of a body value before the body's bytes. */
+#define STORE_CODEC_BODY_HEAD_LEN (STORE_CODEC_HDR_LEN + 8)
+
+/** A conflict or seen mark: header, i64 time. */
+#define STORE_CODEC_MARK_LEN (STORE_CODEC_HDR_LEN + 8)
+
+/** The largest receipt text, bytes. */
+#define STORE_CODEC_RECEIPT_MAX 4096
+
+/** A meta "layout_version" value: u32 LE. */
+#define STORE_CODEC_LAYOUT_LEN 4
 
 /**
- * @brief Write the record header of \p kind (the store's own enc_header) into
- *        \p out (STORE_CODEC_HDR_LEN bytes).
+ * @brief The one expiry rule (C-28): live up to and including expires_at.
+ * @locality any thread; pure.
+ */
+static inline bool store_record_expired(int64_t expires_at_ms, int64_t now_ms)
+{
+    return expires_at_ms < now_ms;
+}
+
+/** @brief Write \p v little-endian into p[0..7]. */
+static inline void store_codec_le64_put(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/** @brief Read p[0..7] little-endian. */
+static inline uint64_t store_codec_le64_get(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/** @brief Write \p v big-endian into p[0..7]. */
+static inline void store_codec_be64_put(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+/** @brief Read p[0..7] big-endian. */
+static inline uint64_t store_codec_be64_get(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/** @returns whether \p h is 64 lowercase hex chars and a NUL (a body key). */
+bool store_codec_hex64_ok(const char *h);
+
+/* ---- header ------------------------------------------------------------ */
+
+/**
+ * @brief Write the header of a record of \p kind expiring at \p expires_at_ms
+ *        (0: never) into \p out.
  * @returns STORE_CODEC_HDR_LEN.
  */
 size_t store_codec_header(enum store_codec_kind kind, int64_t expires_at_ms,
-                          unsigned char *out);
+                          unsigned char out[STORE_CODEC_HDR_LEN]);
 
 /**
- * @brief op_encode(): the value of \p op.
- * @param cap  >= store_codec_op_value_max().
- * @returns the value's length; 0 (nothing written) when cap is too small or a
- *          string of \p op is not NUL-terminated within its array.
+ * @brief Check the header of \p val, a record of \p kind stored at \p key
+ *        (\p key_len bytes, not NUL-terminated; only named in errstr), and
+ *        read its expiry.  The rest of the value is not read.
+ * @returns DD_OK; DD_ERR_FATAL (shorter than a header, or another layout
+ *          version or record type: errstr names the column family, the key
+ *          and what was found).
+ */
+dd_err_t store_codec_header_decode(const void *val, size_t len,
+                                   enum store_codec_kind kind, const char *key,
+                                   size_t key_len, int64_t *expires_at_ms,
+                                   char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- ops ----------------------------------------------------------------- */
+
+/**
+ * @brief The value of \p op (its expires_at_ms goes into the header;
+ *        not_before_ms is written in state retryable only).
+ * @param cap  >= STORE_CODEC_OP_VALUE_MAX.
+ * @returns the value's length; 0 (nothing written) when \p cap is too small
+ *          or a string of \p op is not NUL-terminated within its array.
  */
 size_t store_codec_op_encode(const struct store_op *op, unsigned char *buf,
                              size_t cap);
 
 /**
- * @brief op_decode(): the value \p val of op \p op_id (NUL-terminated,
- *        1..STORE_KEY_MAX bytes; only named in errstr).
+ * @brief Decode the value \p val of op \p op_id (NUL-terminated; only named
+ *        in errstr).
  * @returns DD_OK; DD_ERR_FATAL (corrupt: errstr says why; *op undefined).
  */
 dd_err_t store_codec_op_decode(const void *val, size_t len, const char *op_id,
                                struct store_op *op, char *errstr,
-                               size_t errstr_size);
+                               size_t errstr_size) DD_WUR;
+
+/* ---- attempts ------------------------------------------------------------ */
 
 /**
- * @brief attempt_decode(): the value \p val of attempt \p number of \p op_id.
+ * @brief The key of attempt \p number of \p op_id (\p op_id_len bytes,
+ *        1..STORE_KEY_MAX) into \p key.
+ * @returns its length, op_id_len + 5.
+ */
+size_t store_codec_attempt_key(const char *op_id, size_t op_id_len,
+                               uint32_t number,
+                               char key[STORE_CODEC_ATTEMPT_KEY_MAX]);
+
+/**
+ * @brief The attempt number of \p key, an attempts key of an op_id of
+ *        \p op_id_len bytes.
+ * @returns false when the key has another length (an attempt of an op whose
+ *          op_id starts with this one's and a "\n").
+ */
+bool store_codec_attempt_key_number(const char *key, size_t key_len,
+                                    size_t op_id_len, uint32_t *number);
+
+/**
+ * @brief The value of attempt \p a, expiring at \p expires_at_ms.
+ * @param cap  >= STORE_CODEC_ATTEMPT_VALUE_MAX.
+ * @returns its length; 0 (nothing written) when \p cap is too small or a
+ *          string of \p a is not NUL-terminated within its array.
+ */
+size_t store_codec_attempt_encode(const struct store_attempt *a,
+                                  int64_t expires_at_ms, unsigned char *buf,
+                                  size_t cap);
+
+/**
+ * @brief Decode the value \p val of attempt \p number of \p op_id
+ *        (NUL-terminated; only named in errstr).
  * @returns DD_OK; DD_ERR_FATAL (corrupt, or its number is not \p number).
  */
 dd_err_t store_codec_attempt_decode(const void *val, size_t len,
                                     const char *op_id, uint32_t number,
                                     struct store_attempt *a,
                                     int64_t *expires_at_ms, char *errstr,
-                                    size_t errstr_size);
+                                    size_t errstr_size) DD_WUR;
+
+/* ---- outbox -------------------------------------------------------------- */
+
+/** An outbox entry.  Decoded, its pointers borrow the decoded value. */
+struct store_codec_outbox {
+    const char *op_id;      /**< 1..STORE_KEY_MAX bytes, not NUL-terminated */
+    size_t op_id_len;
+    const char *event_key;  /**< 0..STORE_HASH_LEN bytes */
+    size_t event_key_len;
+    uint64_t generation;
+    const void *value;      /**< the result event */
+    size_t value_len;       /**< <= UINT32_MAX */
+};
+
+/** @brief Outbox key of \p seq (big-endian) into \p key. */
+void store_codec_outbox_key(uint64_t seq,
+                            unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN]);
+
+/** @returns the length of the value of an outbox entry of these sizes. */
+size_t store_codec_outbox_size(size_t op_id_len, size_t event_key_len,
+                               size_t value_len);
 
 /**
- * @brief outbox_decode(): the value \p val of outbox entry \p seq.
+ * @brief The value of outbox entry \p ent (expires_at 0: it never expires).
+ * @param cap  >= store_codec_outbox_size() of its sizes.
+ * @returns its length; 0 when \p cap is too small or a length does not fit
+ *          its field (strings 65535 bytes, the value UINT32_MAX).
+ */
+size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
+                                 unsigned char *buf, size_t cap);
+
+/**
+ * @brief Decode the value \p val of outbox entry \p seq.
  * @returns DD_OK; DD_ERR_FATAL (corrupt, or an empty op_id).
  */
 dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
                                    struct store_codec_outbox *ent,
-                                   char *errstr, size_t errstr_size);
+                                   char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- conflicts and seen marks -------------------------------------------- */
 
 /**
- * @brief validator_decode(): the value \p val of the validator of resource
- *        key \p key (NUL-terminated; only named in errstr).
+ * @brief The key of conflict (\p op_id, \p request_hash) into \p key.
+ * @returns its length, op_id_len + 1 + hash_len.
+ */
+size_t store_codec_conflict_key(const char *op_id, size_t op_id_len,
+                                const char *request_hash, size_t hash_len,
+                                char key[STORE_CODEC_CONFLICT_KEY_MAX]);
+
+/**
+ * @brief A conflict or seen mark (\p kind STORE_CODEC_CONFLICT or
+ *        STORE_CODEC_SEEN) made at \p now_ms, expiring at \p expires_at_ms.
+ * @returns STORE_CODEC_MARK_LEN.
+ */
+size_t store_codec_mark_encode(enum store_codec_kind kind,
+                               int64_t expires_at_ms, int64_t now_ms,
+                               unsigned char out[STORE_CODEC_MARK_LEN]);
+
+/* ---- receipts ------------------------------------------------------------ */
+
+/** A decoded receipt; receipt borrows the decoded value. */
+struct store_codec_receipt {
+    enum store_receipt_state state;       /**< PENDING or DONE */
+    char request_hash[STORE_HASH_LEN + 1];
+    const char *receipt;                  /**< not NUL-terminated */
+    size_t receipt_len;                   /**< 0..STORE_CODEC_RECEIPT_MAX */
+};
+
+/** @returns the length of a receipt value of these sizes. */
+size_t store_codec_receipt_size(size_t hash_len, size_t receipt_len);
+
+/**
+ * @brief A receipt value in \p state (PENDING or DONE).
+ * @param cap  >= store_codec_receipt_size().
+ * @returns its length; 0 when \p cap is too small or a string does not fit
+ *          a u16 length.
+ */
+size_t store_codec_receipt_encode(int64_t expires_at_ms,
+                                  enum store_receipt_state state,
+                                  const char *request_hash, size_t hash_len,
+                                  const char *receipt, size_t receipt_len,
+                                  unsigned char *buf, size_t cap);
+
+/**
+ * @brief Decode the receipt \p val stored at Idempotency-Key \p key
+ *        (NUL-terminated; only named in errstr).  Trailing bytes are not
+ *        checked (as dedupd always read them).
+ * @returns DD_OK; DD_ERR_FATAL (bad header, as store_codec_header_decode;
+ *          or "receipts: corrupt record at <key>").
+ */
+dd_err_t store_codec_receipt_decode(const void *val, size_t len,
+                                    const char *key,
+                                    struct store_codec_receipt *r,
+                                    char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- validators and bodies ----------------------------------------------- */
+
+/** What a validator value is made of (strings NULL: written as ""). */
+struct store_codec_validator {
+    int64_t stored_at_ms;
+    int32_t status;
+    uint64_t body_len;
+    const char *body_sha256;    /**< 64 lowercase hex, the body's key */
+    const char *etag;           /**< <= STORE_ETAG_MAX bytes, or NULL */
+    const char *last_modified;  /**< <= STORE_LAST_MODIFIED_MAX, or NULL */
+    const char *content_type;   /**< <= STORE_CONTENT_TYPE_MAX, or NULL */
+    const char *final_url;      /**< <= STORE_URL_MAX, or NULL */
+};
+
+/**
+ * @brief The value of validator \p v, expiring at \p expires_at_ms.
+ * @param cap  >= STORE_CODEC_VALIDATOR_VALUE_MAX.
+ * @returns its length; 0 when \p cap is too small, body_sha256 is not 64
+ *          lowercase hex or a string is longer than its STORE_*_MAX.
+ */
+size_t store_codec_validator_encode(const struct store_codec_validator *v,
+                                    int64_t expires_at_ms, unsigned char *buf,
+                                    size_t cap);
+
+/**
+ * @brief Decode the value \p val of the validator of resource key \p key
+ *        (NUL-terminated; only named in errstr).
  * @returns DD_OK; DD_ERR_FATAL (corrupt; *v undefined).
  */
 dd_err_t store_codec_validator_decode(const void *val, size_t len,
                                       const char *key,
                                       struct store_validator *v, char *errstr,
-                                      size_t errstr_size);
+                                      size_t errstr_size) DD_WUR;
 
 /**
- * @brief body_decode(): the value \p val of body \p digest (NUL-terminated;
- *        only named in errstr).
+ * @brief The head of a body value (header and u64 body_len): the body's
+ *        \p body_len bytes follow it.
+ * @returns STORE_CODEC_BODY_HEAD_LEN.
+ */
+size_t store_codec_body_head(int64_t expires_at_ms, uint64_t body_len,
+                             unsigned char out[STORE_CODEC_BODY_HEAD_LEN]);
+
+/**
+ * @brief Decode the value \p val of body \p digest (NUL-terminated; only
+ *        named in errstr).
  * @param body  Out: points into \p val.
  * @returns DD_OK; DD_ERR_FATAL (corrupt: its length field disagrees).
  */
 dd_err_t store_codec_body_decode(const void *val, size_t len,
                                  const char *digest, int64_t *expires_at_ms,
                                  const void **body, size_t *body_len,
-                                 char *errstr, size_t errstr_size);
+                                 char *errstr, size_t errstr_size) DD_WUR;
+
+/* ---- meta ---------------------------------------------------------------- */
+
+/** @brief The meta "layout_version" value of \p version into \p out. */
+void store_codec_layout_encode(uint32_t version,
+                               unsigned char out[STORE_CODEC_LAYOUT_LEN]);
+
+/**
+ * @brief Read a meta "layout_version" value.
+ * @returns false when it is not STORE_CODEC_LAYOUT_LEN bytes long.
+ */
+bool store_codec_layout_decode(const void *val, size_t len,
+                               uint32_t *version);
 
 #endif

@@ -10,7 +10,6 @@
 #include <jansson.h>
 #include <librdkafka/rdkafka.h>
 #include <curl/curl.h>
-#include <rocksdb/c.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2538,7 +2538,7 @@ START_TEST(test_store_without_validator_cfs_opens_and_gets_them)
     snprintf(old.request_hash, sizeof(old.request_hash), "%s", H1);
     snprintf(old.event_key, sizeof(old.event_key), "%s", EK1);
     unsigned char val[1024];
-    ck_assert_uint_ge(sizeof(val), store_codec_op_value_max());
+    ck_assert_uint_ge(sizeof(val), STORE_CODEC_OP_VALUE_MAX);
     size_t vlen = store_codec_op_encode(&old, val, sizeof(val));
     ck_assert_uint_gt(vlen, 0);
 

@@ -1,7 +1,7 @@
 /*
- * fuzz_record.c - the value decoders of the store's op, attempt and outbox
- * records (op_decode, attempt_decode, outbox_decode, static in store.c),
- * through the test hook of include/store_codec.h.
+ * fuzz_record.c - the store's record codec (include/store_codec.h,
+ * src/store_codec.c): the op, attempt and outbox decoders and encoders,
+ * called directly.
  *
  * Input: MODE (1 byte, taken modulo 6), then
  *  - modes 0, 1, 2 (garbage): IDSEL (1 byte: op_id of 1, 64, 65 or 512
@@ -23,12 +23,12 @@
  *    inside, which C strings cut short, aside), and that decodes to the
  *    same record;
  *  - round trip: decode(encode(x)) == x for every op whose states are in
- *    range (store_codec_op_encode is the store's op_encode), and DD_ERR_FATAL
- *    for one whose state is not; attempts and outbox entries (whose encoders
- *    are inline in store_attempts_put() and store_complete(): mirrored here,
- *    see ref_attempt()/ref_outbox()) likewise, plus: an attempt under
- *    another number and an outbox entry without op_id are refused; any
- *    truncation of an encoded value and any byte appended to it is refused.
+ *    range, and DD_ERR_FATAL for one whose state is not; attempts and outbox
+ *    entries likewise, plus: the codec's attempt and outbox encoders write
+ *    the same bytes as the independent mirrors of their layout here
+ *    (ref_attempt()/ref_outbox()), an attempt under another number and an
+ *    outbox entry without op_id are refused; any truncation of an encoded
+ *    value and any byte appended to it is refused.
  */
 #include <stdint.h>
 
@@ -74,7 +74,7 @@ static void in_str(struct in *in, char *out, size_t max)
     out[i] = '\0';
 }
 
-/* ---- the value layout (store_codec.h), for the reference encoders -------- */
+/* ---- the value layout (store_codec.h), mirrored: reference encoders ------ */
 
 struct buf {
     unsigned char *p;
@@ -121,7 +121,7 @@ static unsigned char *ref_header(struct buf *b, enum store_codec_kind kind,
     return b->p;
 }
 
-/* As store_attempts_put() writes an attempt. */
+/* An attempt, as the layout of store_codec.h says. */
 static struct buf ref_attempt(const struct store_attempt *a,
                               int64_t expires_at)
 {
@@ -142,7 +142,8 @@ static struct buf ref_attempt(const struct store_attempt *a,
     return b;
 }
 
-/* As store_complete() writes an outbox entry (expires_at 0 there). */
+/* An outbox entry, as the layout of store_codec.h says (the store writes
+ * expires_at 0). */
 static struct buf ref_outbox(const char *op_id, size_t op_id_len,
                              const char *event_key, size_t event_key_len,
                              uint64_t generation, const void *value,
@@ -309,7 +310,7 @@ static void garbage_op(const unsigned char *v, size_t len, const char *op_id)
     FUZZ_CHECK(strlen(op.request_hash) <= STORE_HASH_LEN &&
                    strlen(op.event_key) <= STORE_HASH_LEN,
                "op hash longer than %d", STORE_HASH_LEN);
-    size_t cap = store_codec_op_value_max();
+    size_t cap = STORE_CODEC_OP_VALUE_MAX;
     unsigned char *re = malloc(cap);
     if (!re)
         abort();
@@ -426,7 +427,7 @@ static void roundtrip_op(struct in *in)
     in_str(in, op.source, STORE_SOURCE_MAX);
     in_str(in, op.category, STORE_CATEGORY_MAX);
 
-    size_t cap = store_codec_op_value_max();
+    size_t cap = STORE_CODEC_OP_VALUE_MAX;
     unsigned char *v = malloc(cap);
     if (!v)
         abort();
@@ -472,6 +473,15 @@ static void roundtrip_attempt(struct in *in)
     in_str(in, a.error, STORE_ERROR_MAX);
 
     struct buf v = ref_attempt(&a, expires_at);
+    unsigned char *cv = malloc(STORE_CODEC_ATTEMPT_VALUE_MAX);
+    if (!cv)
+        abort();
+    size_t clen = store_codec_attempt_encode(&a, expires_at, cv,
+                                             STORE_CODEC_ATTEMPT_VALUE_MAX);
+    FUZZ_CHECK(clen == v.len && memcmp(cv, v.p, v.len) == 0,
+               "codec attempt encoding (%zu bytes) differs from the layout "
+               "(%zu bytes)", clen, v.len);
+    free(cv);
     struct store_attempt back;
     int64_t x = 0;
     char e[DD_ERRSTR_SIZE] = "";
@@ -500,6 +510,19 @@ static void roundtrip_outbox(struct in *in)
     size_t idlen = strlen(op_id), eklen = strlen(ek);
     struct buf v = ref_outbox(op_id, idlen, ek, eklen, generation, in->p,
                               in->n, expires_at);
+    const struct store_codec_outbox ent = {op_id, idlen, ek, eklen,
+                                           generation, in->p, in->n};
+    size_t csize = store_codec_outbox_size(idlen, eklen, in->n);
+    unsigned char *cv = malloc(csize);
+    if (!cv)
+        abort();
+    size_t clen = store_codec_outbox_encode(&ent, cv, csize);
+    FUZZ_CHECK(clen == v.len && memcmp(cv, v.p, 8) == 0 &&
+                   store_codec_le64_get(cv + 8) == 0 &&
+                   memcmp(cv + HDR, v.p + HDR, v.len - HDR) == 0,
+               "codec outbox encoding (%zu bytes) differs from the layout "
+               "(%zu bytes)", clen, v.len);
+    free(cv);
     struct store_codec_outbox o;
     char e[DD_ERRSTR_SIZE] = "";
     dd_err_t err = store_codec_outbox_decode(v.p, v.len, generation, &o, e,

@@ -1,16 +1,19 @@
 /* Writes the seeds of fuzz_record into tests/fuzz/corpus/record/ (input
  * format: the comment at the top of fuzz_record.c; value layouts:
- * include/store_codec.h).  Deterministic; run again after a layout change:
+ * include/store_codec.h).  The records are written by the store's own codec
+ * (src/store_codec.c), then, for the refused ones, cut or edited byte by
+ * byte.  Deterministic; run again after a layout change:
  *
- *   cc -std=c11 -Wall -Wextra -o /tmp/gen_record_seeds tests/fuzz/gen_record_seeds.c
+ *   cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -o /tmp/gen_record_seeds \
+ *      tests/fuzz/gen_record_seeds.c src/store_codec.c src/err.c
  *   /tmp/gen_record_seeds tests/fuzz/corpus/record
  *
- * (DIR defaults to corpus/record next to this source as compiled.)  A
- * stand-alone program: libc only, not part of any CMake build.  The random
- * round-trip seeds come from MT19937 seeded with 7, drawn as bytes uniform in
- * 0..255 (9 bits per draw, draws >= 256 dropped): the generator the seeds
- * were first written with, so they stay byte for byte the same. */
-#define _POSIX_C_SOURCE 200809L
+ * (DIR defaults to corpus/record next to this source as compiled.)  The unit
+ * build compiles it too, and its test fuzz_record_seeds_fresh fails when the
+ * seeds in the tree differ from what it writes now.  The random round-trip
+ * seeds come from MT19937 seeded with 7, drawn as bytes uniform in 0..255
+ * (9 bits per draw, draws >= 256 dropped): the generator the seeds were
+ * first written with, so they stay byte for byte the same. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +21,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-enum { LAYOUT_V1 = 1, OP = 1, OUTBOX = 2, ATTEMPT = 5 };
+#include "store_codec.h"
+
 #define H1 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define H2 "d5f2c9b8922559659be1d83a639c2adf8e49517b47c02eee35a4099edae2d3ec"
 
@@ -43,35 +47,11 @@ static void u8(struct buf *b, unsigned v)
     put(b, &c, 1);
 }
 
-/* \p width bytes of \p v, little-endian */
-static void le(struct buf *b, uint64_t v, int width)
-{
-    for (int i = 0; i < width; i++)
-        u8(b, (unsigned)(v >> (8 * i)) & 0xff);
-}
-
 /* \p width bytes of \p v, big-endian */
 static void be(struct buf *b, uint64_t v, int width)
 {
     for (int i = width - 1; i >= 0; i--)
         u8(b, (unsigned)(v >> (8 * i)) & 0xff);
-}
-
-/* a string: u16 length (LE) + bytes */
-static void str(struct buf *b, const char *s)
-{
-    size_t len = strlen(s);
-    le(b, len, 2);
-    put(b, s, len);
-}
-
-static void hdr(struct buf *b, unsigned kind, int64_t expires_at, unsigned version)
-{
-    u8(b, version);
-    u8(b, kind);
-    for (int i = 0; i < 6; i++)
-        u8(b, 0);
-    le(b, (uint64_t)expires_at, 8);
 }
 
 struct op {
@@ -93,29 +73,67 @@ static struct op op_default(void)
         .created = 1700000000000, .updated = 1700000000000, .attempts = 0,
         .seq = 0, .rh = H1, .ek = H2, .owner = "host-a#run-1",
         .source = "scrape.jobs/0/42", .category = "", .expires = 1700259200000,
-        .kind = OP,
+        .kind = STORE_CODEC_OP,
     };
 }
 
+static void die(const char *what)
+{
+    fprintf(stderr, "gen_record_seeds: %s\n", what);
+    exit(1);
+}
+
+static void copy_str(char *dst, size_t size, const char *src)
+{
+    if (strlen(src) >= size)
+        die("string too long for its field");
+    memcpy(dst, src, strlen(src) + 1);
+}
+
+/* The store's op record of \p o (state and outbox state as given, in range
+ * or not), then its type byte set to o.kind. */
 static struct buf op(struct op o)
 {
+    struct store_op s;
+    memset(&s, 0, sizeof(s));
+    s.state = (enum store_op_state)o.state;
+    s.outbox_state = (enum store_outbox_state)o.ostate;
+    s.generation = o.gen;
+    s.lease_expires_at_ms = o.lease;
+    s.created_at_ms = o.created;
+    s.updated_at_ms = o.updated;
+    s.expires_at_ms = o.expires;
+    s.attempts = o.attempts;
+    s.outbox_seq = o.seq;
+    s.not_before_ms = o.not_before;
+    copy_str(s.request_hash, sizeof(s.request_hash), o.rh);
+    copy_str(s.event_key, sizeof(s.event_key), o.ek);
+    copy_str(s.lease_owner, sizeof(s.lease_owner), o.owner);
+    copy_str(s.source, sizeof(s.source), o.source);
+    copy_str(s.category, sizeof(s.category), o.category);
     struct buf b = {.n = 0};
-    hdr(&b, o.kind, o.expires, LAYOUT_V1);
-    u8(&b, o.state);
-    u8(&b, o.ostate);
-    le(&b, o.gen, 8);
-    le(&b, (uint64_t)o.lease, 8);
-    le(&b, (uint64_t)o.created, 8);
-    le(&b, (uint64_t)o.updated, 8);
-    le(&b, o.attempts, 4);
-    le(&b, o.seq, 8);
-    str(&b, o.rh);
-    str(&b, o.ek);
-    str(&b, o.owner);
-    str(&b, o.source);
-    str(&b, o.category);
-    if (o.state == 2)
-        le(&b, (uint64_t)o.not_before, 8);
+    b.n = store_codec_op_encode(&s, b.d, sizeof(b.d));
+    if (!b.n)
+        die("op did not encode");
+    b.d[1] = (unsigned char)o.kind;
+    return b;
+}
+
+/* \p b, an op record, with one more byte \p c at the end of its
+ * request_hash (a string longer than its field). */
+static struct buf op_hash_longer(struct buf b, unsigned char c)
+{
+    /* header, 2 u8, 4 i64, u32, u64: the request_hash's u16 length */
+    const size_t at = STORE_CODEC_HDR_LEN + 2 + 4 * 8 + 4 + 8;
+    size_t len = (size_t)(b.d[at] | b.d[at + 1] << 8);
+    size_t end = at + 2 + len;
+    if (b.n + 1 > sizeof(b.d) || len + 1 > 0xffff)
+        die("op_hash_longer");
+    memmove(b.d + end + 1, b.d + end, b.n - end);
+    b.d[end] = c;
+    b.d[at] = (unsigned char)(len + 1);
+    b.d[at + 1] = (unsigned char)((len + 1) >> 8);
+    b.n++;
     return b;
 }
 
@@ -141,18 +159,22 @@ static struct attempt attempt_default(void)
 
 static struct buf attempt(struct attempt a)
 {
+    struct store_attempt s;
+    memset(&s, 0, sizeof(s));
+    s.number = a.number;
+    s.generation = a.gen;
+    s.started_at_ms = a.started;
+    s.ended_at_ms = a.ended;
+    s.status = (int32_t)(uint32_t)((uint64_t)a.status & 0xffffffffu);
+    s.bytes = a.nbytes;
+    copy_str(s.session, sizeof(s.session), a.session);
+    copy_str(s.exit_addr, sizeof(s.exit_addr), a.exit_addr);
+    copy_str(s.category, sizeof(s.category), a.category);
+    copy_str(s.error, sizeof(s.error), a.error);
     struct buf b = {.n = 0};
-    hdr(&b, ATTEMPT, a.expires, LAYOUT_V1);
-    le(&b, a.number, 4);
-    le(&b, a.gen, 8);
-    le(&b, (uint64_t)a.started, 8);
-    le(&b, (uint64_t)a.ended, 8);
-    le(&b, (uint64_t)a.status & 0xffffffffu, 4);
-    le(&b, a.nbytes, 8);
-    str(&b, a.session);
-    str(&b, a.exit_addr);
-    str(&b, a.category);
-    str(&b, a.error);
+    b.n = store_codec_attempt_encode(&s, a.expires, b.d, sizeof(b.d));
+    if (!b.n)
+        die("attempt did not encode");
     return b;
 }
 
@@ -171,16 +193,18 @@ static struct outbox outbox_default(void)
     };
 }
 
+/* The store writes outbox entries with expires_at 0: o.expires goes into
+ * the header afterwards. */
 static struct buf outbox(struct outbox o)
 {
+    const struct store_codec_outbox e = {
+        o.op_id, strlen(o.op_id), o.ek, strlen(o.ek), o.gen, o.value,
+        strlen(o.value)};
     struct buf b = {.n = 0};
-    size_t vlen = strlen(o.value);
-    hdr(&b, OUTBOX, o.expires, LAYOUT_V1);
-    str(&b, o.op_id);
-    str(&b, o.ek);
-    le(&b, o.gen, 8);
-    le(&b, vlen, 4);
-    put(&b, o.value, vlen);
+    b.n = store_codec_outbox_encode(&e, b.d, sizeof(b.d));
+    if (!b.n)
+        die("outbox entry did not encode");
+    store_codec_le64_put(b.d + 8, (uint64_t)o.expires);
     return b;
 }
 
@@ -363,18 +387,17 @@ int main(int argc, char **argv)
     emit("op_bad_state", garbage(0, op(o), 0, 0, 0));
     o = op_default(), o.ostate = 3;
     emit("op_bad_outbox_state", garbage(0, op(o), 0, 0, 0));
-    o = op_default(), o.kind = OUTBOX;
+    o = op_default(), o.kind = STORE_CODEC_OUTBOX;
     emit("op_wrong_type", garbage(0, op(o), 0, 0, 0));
     emit("op_truncated", garbage(0, drop_tail(op(op_default()), 5), 0, 0, 0));
     struct buf v = op(op_default());
     u8(&v, 0);
     emit("op_trailing_byte", garbage(0, v, 0, 0, 0));
-    o = op_default(), o.rh = H1 "0";
-    emit("op_hash_too_long", garbage(0, op(o), 0, 0, 0));
-    v = (struct buf){.n = 0};
-    hdr(&v, OP, 0, 2);
-    struct buf rest = op(op_default());
-    put(&v, rest.d + 16, rest.n - 16);
+    emit("op_hash_too_long", garbage(0, op_hash_longer(op(op_default()), '0'),
+                                     0, 0, 0));
+    v = op(op_default());
+    v.d[0] = 2; /* a newer layout version, expires_at 0 */
+    store_codec_le64_put(v.d + 8, 0);
     emit("op_newer_layout", garbage(0, v, 0, 0, 0));
 
     a = attempt_default(), a.number = 3;

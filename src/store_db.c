@@ -1,0 +1,798 @@
+/*
+ * store_db.c: the store's RocksDB (store_internal.h lists the store's
+ * files): options and column families, the layout check, the TTL compaction
+ * filter, the group-commit syncer thread, open and close, and the hot
+ * index's rebuild from the ops column family at open.
+ */
+#include "store_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+
+#define STORE_DEF_OPS_TTL_MS (72LL * 3600 * 1000)
+#define STORE_DEF_FAILED_TTL_MS (1LL * 3600 * 1000)
+#define STORE_DEF_LEASE_MS (60LL * 1000)
+#define STORE_DEF_CACHE_BYTES ((size_t)64 << 20)
+#define STORE_DEF_INDEX_BYTES ((size_t)64 << 20)
+#define STORE_DEF_VALIDATORS_TTL_MS (7LL * 24 * 3600 * 1000)
+#define STORE_DEF_MAX_BODY_BYTES ((size_t)8 << 20)
+#define STORE_WRITE_BUFFER_BYTES ((size_t)32 << 20)
+
+const char *const store_cf_names[CF_N] = {
+    "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
+    "receipts", "validators", "bodies",
+};
+
+/* @locality any thread. */
+dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
+                        char *errstr, size_t errstr_size)
+{
+    dd_errstr_set(errstr, errstr_size, "%s(%.200s): %s", call, what, rerr);
+    rocksdb_free(rerr);
+    return DD_ERR_IO;
+}
+
+/* ---------------------------------------------------------------------- */
+/* compaction filter                                                       */
+
+/* @locality RocksDB's compaction threads (and store_close's). */
+static void ttl_filter_destroy(void *state)
+{
+    (void)state; /* the filter's state is the store itself */
+}
+
+/* @locality RocksDB's compaction threads. */
+static const char *ttl_filter_name(void *state)
+{
+    (void)state;
+    return "dedupd.ttl";
+}
+
+/* @locality RocksDB's compaction threads: reads only the store's filter
+ * clock (atomic). */
+static unsigned char ttl_filter(void *state, int level, const char *key,
+                                size_t key_length, const char *value,
+                                size_t value_length, char **new_value,
+                                size_t *new_value_length,
+                                unsigned char *value_changed)
+{
+    (void)level;
+    (void)key;
+    (void)key_length;
+    (void)new_value;
+    (void)new_value_length;
+    *value_changed = 0;
+    /* keep what we do not understand (a newer layout's records) */
+    if (value_length < STORE_CODEC_HDR_LEN
+        || (unsigned char)value[0] != STORE_LAYOUT_V1)
+        return 0;
+    int64_t expires_at =
+        (int64_t)store_codec_le64_get((const unsigned char *)value + 8);
+    return store_record_expired(expires_at, store_clock_ms(state)) ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* group commit                                                            */
+
+/* Tickets up to \p upto are on disk: publish that, unless the other
+ * fsyncer (syncer thread or store_sync_now) got further meanwhile.
+ * @locality the syncer thread, or the caller of store_sync_now. */
+static void publish_durable(struct store *s, uint64_t upto)
+{
+    uint64_t d = atomic_load(&s->ticket_durable);
+    while (d < upto &&
+           !atomic_compare_exchange_weak(&s->ticket_durable, &d, upto))
+        ;
+}
+
+/* The group-commit syncer: fsync the WAL whenever a ticket is pending.  A
+ * failed fsync is final: after one, the kernel may have dropped the dirty
+ * pages and a second fsync would "succeed" without them, so no ticket after
+ * it is ever published (store_sync_failed tells the caller to stop).
+ * @locality the store's syncer thread, started by store_open. */
+static void *sync_main(void *arg)
+{
+    struct store *s = arg;
+    pthread_mutex_lock(&s->sync_mu);
+    for (;;) {
+        while (!s->sync_stop && (atomic_load(&s->sync_failed) ||
+                                 atomic_load(&s->ticket_issued) ==
+                                     atomic_load(&s->ticket_durable)))
+            pthread_cond_wait(&s->sync_cv, &s->sync_mu);
+        uint64_t upto = atomic_load(&s->ticket_issued);
+        if (s->sync_stop && (atomic_load(&s->sync_failed) ||
+                             upto == atomic_load(&s->ticket_durable)))
+            break;
+        pthread_mutex_unlock(&s->sync_mu);
+        char *rerr = NULL;
+        rocksdb_flush_wal(s->db, 1, &rerr);
+        if (rerr) {
+            log_msg(LOG_CRIT, "STORE", "group commit: fsync of the WAL of %s "
+                    "failed: %s; completions after ticket %llu are not durable "
+                    "and never will be counted so",
+                    s->path, rerr,
+                    (unsigned long long)atomic_load(&s->ticket_durable));
+            rocksdb_free(rerr);
+            atomic_store(&s->sync_failed, true);
+        } else
+            publish_durable(s, upto);
+        pthread_mutex_lock(&s->sync_mu);
+    }
+    pthread_mutex_unlock(&s->sync_mu);
+    return NULL;
+}
+
+uint64_t store_sync_ticket(struct store *s)
+{
+    if (!s->group_commit)
+        return 0;
+    pthread_mutex_lock(&s->sync_mu);
+    uint64_t ticket = atomic_fetch_add(&s->ticket_issued, 1) + 1;
+    pthread_cond_signal(&s->sync_cv);
+    pthread_mutex_unlock(&s->sync_mu);
+    return ticket;
+}
+
+bool store_sync_failed(struct store *s)
+{
+    return atomic_load(&s->sync_failed);
+}
+
+dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
+{
+    if (!s->group_commit)
+        return DD_OK;
+    if (atomic_load(&s->sync_failed)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_sync_now(%s): an earlier WAL fsync failed", s->path);
+        return DD_ERR_IO;
+    }
+    uint64_t upto = atomic_load(&s->ticket_issued);
+    char *rerr = NULL;
+    rocksdb_flush_wal(s->db, 1, &rerr);
+    if (rerr) {
+        atomic_store(&s->sync_failed, true);
+        return store_rdb_fail(rerr, "rocksdb_flush_wal(sync)", s->path,
+                              errstr, errstr_size);
+    }
+    publish_durable(s, upto);
+    return DD_OK;
+}
+
+uint64_t store_durable(struct store *s)
+{
+    return s->group_commit ? atomic_load(&s->ticket_durable) : UINT64_MAX;
+}
+
+/* ---------------------------------------------------------------------- */
+/* options and column families                                             */
+
+static void set_options(struct store *s, const struct store_conf *conf)
+{
+    size_t cache_bytes = conf->block_cache_bytes ? conf->block_cache_bytes
+                                                 : STORE_DEF_CACHE_BYTES;
+    s->cache = rocksdb_cache_create_lru(cache_bytes);
+
+    s->bbto = rocksdb_block_based_options_create();
+    /* whole-key bloom, 10 bits per key; the options own the policy */
+    rocksdb_block_based_options_set_filter_policy(
+        s->bbto, rocksdb_filterpolicy_create_bloom_full(10));
+    rocksdb_block_based_options_set_whole_key_filtering(s->bbto, 1);
+    rocksdb_block_based_options_set_block_cache(s->bbto, s->cache);
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(s->bbto, 1);
+    rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(
+        s->bbto, 1);
+    rocksdb_block_based_options_set_data_block_index_type(
+        s->bbto,
+        rocksdb_block_based_table_data_block_index_type_binary_search_and_hash);
+
+    s->opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(s->opts, 1);
+    rocksdb_options_set_create_missing_column_families(s->opts, 1);
+    rocksdb_options_set_block_based_table_factory(s->opts, s->bbto);
+    rocksdb_options_set_memtable_whole_key_filtering(s->opts, 1);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->opts, 0.1);
+    rocksdb_options_set_write_buffer_size(s->opts, STORE_WRITE_BUFFER_BYTES);
+    rocksdb_options_set_level_compaction_dynamic_level_bytes(s->opts, 1);
+    rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
+    rocksdb_options_set_keep_log_file_num(s->opts, 5);
+
+    s->filter = rocksdb_compactionfilter_create(s, ttl_filter_destroy,
+                                                ttl_filter, ttl_filter_name);
+    s->ttl_opts = rocksdb_options_create_copy(s->opts);
+    rocksdb_options_set_compaction_filter(s->ttl_opts, s->filter);
+
+    s->ropts = rocksdb_readoptions_create();
+    s->wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->wopts, conf->sync ? 1 : 0);
+    /* An ack lost in a crash only replays its entry at start-up under the
+     * same event_key (a duplicate consumers drop), so it needs no fsync;
+     * the next synced write persists it anyway. */
+    s->wopts_nosync = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->wopts_nosync, 0);
+}
+
+static bool is_ttl_cf(int i)
+{
+    return i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS
+           || i == CF_SEEN || i == CF_RECEIPTS || i == CF_VALIDATORS
+           || i == CF_BODIES;
+}
+
+/* mkdir -p of the directories above \p path (RocksDB creates only the last
+ * one): a store.path such as ".dedupd/store" works in a fresh checkout. */
+static dd_err_t make_parents(const char *path, char *errstr,
+                             size_t errstr_size)
+{
+    char *p = strdup(path);
+    if (!p) {
+        dd_errstr_set(errstr, errstr_size, "store_open(%s): out of memory",
+                      path);
+        return DD_ERR_NOMEM;
+    }
+    dd_err_t err = DD_OK;
+    char *slash = strrchr(p, '/');
+    if (slash)
+        *slash = '\0';
+    for (char *q = p + 1; slash && *p; q++) {
+        if (*q != '/' && *q != '\0')
+            continue;
+        char c = *q;
+        *q = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store_open(%s): cannot create directory %s: %s",
+                          path, p, strerror(errno));
+            err = DD_ERR_IO;
+            break;
+        }
+        *q = c;
+        if (!c)
+            break;
+    }
+    free(p);
+    return err;
+}
+
+/* The column families listed in an existing store (an empty list when
+ * there is none yet: it is created). */
+static char **list_cfs(struct store *s, size_t *n)
+{
+    char *rerr = NULL;
+    *n = 0;
+    char **listed = rocksdb_list_column_families(s->opts, s->path, n, &rerr);
+    if (rerr) {
+        /* no database yet: it is created.  RocksDB 7.8 returns an empty,
+         * allocated list even on error. */
+        rocksdb_free(rerr);
+        if (listed)
+            rocksdb_list_column_families_destroy(listed, *n);
+        listed = NULL;
+        *n = 0;
+    }
+    return listed;
+}
+
+/* Keep the handles past CF_N: column families of a newer layout. */
+static dd_err_t keep_extra_cfs(struct store *s,
+                               rocksdb_column_family_handle_t **handles,
+                               size_t n, char *errstr, size_t errstr_size)
+{
+    for (int i = 0; i < CF_N; i++)
+        s->cf[i] = handles[i];
+    if (n <= CF_N)
+        return DD_OK;
+    s->extra_cf = calloc(n - CF_N, sizeof(*s->extra_cf));
+    if (!s->extra_cf) {
+        for (size_t j = CF_N; j < n; j++)
+            rocksdb_column_family_handle_destroy(handles[j]);
+        dd_errstr_set(errstr, errstr_size, "store_open(%s): out of memory",
+                      s->path);
+        return DD_ERR_NOMEM;
+    }
+    for (size_t j = CF_N; j < n; j++)
+        s->extra_cf[s->extra_cf_n++] = handles[j];
+    return DD_OK;
+}
+
+/* Open with our CFs plus any a newer layout added (so its meta is
+ * readable). */
+static dd_err_t db_open(struct store *s, char *errstr, size_t errstr_size)
+{
+    dd_err_t err = make_parents(s->path, errstr, errstr_size);
+    if (err)
+        return err;
+    char *rerr = NULL;
+    size_t listed_n = 0;
+    char **listed = list_cfs(s, &listed_n);
+    size_t total = CF_N + listed_n;
+    const char **names = calloc(total, sizeof(*names));
+    const rocksdb_options_t **copts = calloc(total, sizeof(*copts));
+    rocksdb_column_family_handle_t **handles = calloc(total, sizeof(*handles));
+    if (!names || !copts || !handles) {
+        dd_errstr_set(errstr, errstr_size, "store_open(%s): out of memory",
+                      s->path);
+        err = DD_ERR_NOMEM;
+        goto out;
+    }
+    size_t n = 0;
+    for (int i = 0; i < CF_N; i++, n++) {
+        names[n] = store_cf_names[i];
+        copts[n] = is_ttl_cf(i) ? s->ttl_opts : s->opts;
+    }
+    for (size_t j = 0; j < listed_n; j++) {
+        bool ours = false;
+        for (int i = 0; i < CF_N; i++)
+            if (strcmp(listed[j], store_cf_names[i]) == 0)
+                ours = true;
+        if (ours)
+            continue;
+        names[n] = listed[j];
+        copts[n] = s->opts;
+        n++;
+    }
+    s->db = rocksdb_open_column_families(s->opts, s->path, (int)n, names,
+                                         copts, handles, &rerr);
+    if (rerr) {
+        err = store_rdb_fail(rerr, "rocksdb_open", s->path, errstr,
+                             errstr_size);
+        goto out;
+    }
+    err = keep_extra_cfs(s, handles, n, errstr, errstr_size);
+out:
+    free(names);
+    free(copts);
+    free(handles);
+    if (listed)
+        rocksdb_list_column_families_destroy(listed, listed_n);
+    return err;
+}
+
+/* A new store gets this dedupd's layout version; an existing one must have
+ * it (a newer one is refused: this dedupd cannot read it). */
+static dd_err_t check_layout(struct store *s, char *errstr,
+                             size_t errstr_size)
+{
+    char *rerr = NULL;
+    size_t vlen = 0;
+    dd_err_t err = DD_OK;
+    static const char key[] = STORE_META_LAYOUT_KEY;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key,
+                               sizeof(key) - 1, &vlen, &rerr);
+    if (rerr)
+        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
+                              errstr_size);
+    if (!val) {
+        unsigned char v[STORE_CODEC_LAYOUT_LEN];
+        store_codec_layout_encode(STORE_LAYOUT_V1, v);
+        rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], key, sizeof(key) - 1,
+                       (const char *)v, sizeof(v), &rerr);
+        if (rerr)
+            return store_rdb_fail(rerr, "rocksdb_put_cf(meta)", key, errstr,
+                                  errstr_size);
+        return DD_OK;
+    }
+    uint32_t ver = 0;
+    if (!store_codec_layout_decode(val, vlen, &ver)) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store at %s: meta %s is corrupt (%zu bytes, expected 4)",
+                      s->path, key, vlen);
+        err = DD_ERR_FATAL;
+    } else if (ver > STORE_LAYOUT_V1) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store at %s has layout version %u, newer than this "
+                      "dedupd's %d",
+                      s->path, ver, STORE_LAYOUT_V1);
+        err = DD_ERR_FATAL;
+    } else if (ver < STORE_LAYOUT_V1) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store at %s: meta %s is corrupt (version %u)", s->path,
+                      key, ver);
+        err = DD_ERR_FATAL;
+    }
+    rocksdb_free(val);
+    return err;
+}
+
+/* The outbox sequence reserved in meta (1 when none). */
+static dd_err_t read_seq_reserved(struct store *s, uint64_t *next,
+                                  char *errstr, size_t errstr_size)
+{
+    char *rerr = NULL;
+    size_t vlen = 0;
+    static const char key[] = STORE_META_SEQ_KEY;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key,
+                               sizeof(key) - 1, &vlen, &rerr);
+    if (rerr)
+        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
+                              errstr_size);
+    *next = 1;
+    if (!val)
+        return DD_OK;
+    if (vlen != 8) {
+        rocksdb_free(val);
+        dd_errstr_set(errstr, errstr_size,
+                      "store at %s: meta %s is corrupt (%zu bytes)", s->path,
+                      key, vlen);
+        return DD_ERR_FATAL;
+    }
+    uint64_t r = store_codec_le64_get((const unsigned char *)val);
+    rocksdb_free(val);
+    if (r > *next)
+        *next = r;
+    return DD_OK;
+}
+
+/* next_seq from the last outbox key and the reservation; count entries. */
+static dd_err_t init_outbox(struct store *s, char *errstr, size_t errstr_size)
+{
+    char *rerr = NULL;
+    uint64_t next = 1, count = 0;
+    dd_err_t err = read_seq_reserved(s, &next, errstr, errstr_size);
+    if (err)
+        return err;
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts,
+                                                        s->cf[CF_OUTBOX]);
+    rocksdb_iter_seek_to_last(it);
+    if (rocksdb_iter_valid(it)) {
+        size_t klen = 0;
+        const char *k = rocksdb_iter_key(it, &klen);
+        if (klen != STORE_CODEC_OUTBOX_KEY_LEN) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store at %s: outbox key of %zu bytes (expected 8)",
+                          s->path, klen);
+            err = DD_ERR_FATAL;
+            goto out;
+        }
+        uint64_t last = store_codec_be64_get((const unsigned char *)k);
+        if (last + 1 > next)
+            next = last + 1;
+    }
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it))
+        count++;
+    rocksdb_iter_get_error(it, &rerr);
+    if (rerr) {
+        err = store_rdb_fail(rerr, "rocksdb_iter(outbox)", s->path, errstr,
+                             errstr_size);
+        goto out;
+    }
+    atomic_store(&s->next_seq, next);
+    atomic_store(&s->seq_reserved, next); /* first use writes a reservation */
+    atomic_store(&s->pending, count);
+out:
+    rocksdb_iter_destroy(it);
+    return err;
+}
+
+/* ---------------------------------------------------------------------- */
+/* the hot index's rebuild (DESIGN.md section 4; include/store_index.h)    */
+
+struct rebuild_count {
+    uint64_t n, skipped, bad;
+};
+
+/* Enter the op record \p v of key \p k into the index as of \p w.
+ * @locality the index rebuild thread. */
+static void rebuild_one(struct store *s, const char *k, size_t klen,
+                        const char *v, size_t vlen, int64_t w,
+                        struct rebuild_count *c)
+{
+    char op_id[STORE_KEY_MAX + 1];
+    struct store_op op;
+    if (klen == 0 || klen > STORE_KEY_MAX) {
+        c->bad++;
+        return;
+    }
+    memcpy(op_id, k, klen);
+    op_id[klen] = '\0';
+    if (store_codec_op_decode(v, vlen, op_id, &op, NULL, 0) != DD_OK) {
+        c->bad++; /* claims of it must read it and fail */
+        return;
+    }
+    if (store_record_expired(op.expires_at_ms, w)) {
+        c->skipped++;
+        return;
+    }
+    struct store_index_key ik;
+    store_index_digest(s->idx, op_id, klen, &ik);
+    store_index_put(s->idx, &ik, &op, w, STORE_INDEX_REBUILD);
+    c->n++;
+}
+
+/* Iterate the ops column family (a snapshot) into the index.
+ * @locality the index rebuild thread, started by store_open. */
+static void *idx_rebuild_main(void *arg)
+{
+    struct store *s = arg;
+    int64_t t0 = dd_now_ms();
+    int64_t w = store_clock_ms(s);
+    struct rebuild_count c = {0, 0, 0};
+    char *rerr = NULL;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_readoptions_set_readahead_size(ro, (size_t)2 << 20);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ro,
+                                                        s->cf[CF_OPS]);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        if ((c.n & 1023) == 0 && atomic_load(&s->idx_stop))
+            break;
+        size_t klen = 0, vlen = 0;
+        const char *k = rocksdb_iter_key(it, &klen);
+        const char *v = rocksdb_iter_value(it, &vlen);
+        rebuild_one(s, k, klen, v, vlen, w, &c);
+    }
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    bool stopped = atomic_load(&s->idx_stop);
+    store_index_rebuild_end(s->idx, rerr || c.bad || stopped,
+                            c.skipped ? w : INT64_MIN, !stopped);
+    if (rerr) {
+        log_msg(LOG_ERR, "STORE", "index rebuild of %s: rocksdb_iter(ops): %s",
+                s->path, rerr);
+        rocksdb_free(rerr);
+    }
+    if (!stopped)
+        log_msg(LOG_INFO, "STORE",
+                "index rebuilt in %lld ms: %llu ops, %llu expired skipped, "
+                "%llu unreadable; %s",
+                (long long)(dd_now_ms() - t0), (unsigned long long)c.n,
+                (unsigned long long)c.skipped, (unsigned long long)c.bad,
+                store_index_complete(s->idx) ? "complete"
+                                             : "a cache only (lossy)");
+    return NULL;
+}
+
+static uint64_t ops_estimate(struct store *s)
+{
+    char *v = rocksdb_property_value_cf(s->db, s->cf[CF_OPS],
+                                        "rocksdb.estimate-num-keys");
+    uint64_t n = v ? strtoull(v, NULL, 10) : 0;
+    free(v);
+    return n;
+}
+
+/* Allocate the index (sized for the ops already stored) and start the
+ * rebuild thread. */
+static dd_err_t idx_open(struct store *s, size_t max_bytes, char *errstr,
+                         size_t errstr_size)
+{
+    /* RocksDB's estimate counts overwritten versions too (a claimed, then
+     * completed op is two until compaction): size for half of it, which at
+     * worst costs the rebuild two growths and never a peak of twice the
+     * memory */
+    s->idx = store_index_new(max_bytes, ops_estimate(s) / 2, NULL);
+    if (!s->idx) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open(%s): out of memory for the hot index",
+                      s->path);
+        return DD_ERR_NOMEM;
+    }
+    if (pthread_create(&s->idx_thread, NULL, idx_rebuild_main, s) != 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open(%s): cannot start the index rebuild thread",
+                      s->path);
+        return DD_ERR_FATAL;
+    }
+    s->idx_thread_started = true;
+    return DD_OK;
+}
+
+static void idx_close(struct store *s)
+{
+    if (s->idx_thread_started) {
+        atomic_store(&s->idx_stop, true);
+        pthread_join(s->idx_thread, NULL);
+        s->idx_thread_started = false;
+    }
+    store_index_destroy(s->idx);
+    s->idx = NULL;
+}
+
+/* ---------------------------------------------------------------------- */
+/* open / close                                                            */
+
+static dd_err_t open_conf_check(const struct store_conf *conf, char *errstr,
+                                size_t errstr_size)
+{
+    if (!conf->path || !*conf->path || !conf->instance || !*conf->instance
+        || !conf->run_id || !*conf->run_id) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open: path, instance and run_id are required");
+        return DD_ERR_INVAL;
+    }
+    if (strchr(conf->instance, '#')) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open: instance '%.64s' contains '#', which "
+                      "separates it from the run id in lease owners",
+                      conf->instance);
+        return DD_ERR_INVAL;
+    }
+    if (strlen(conf->instance) + 1 + strlen(conf->run_id) > STORE_OWNER_MAX) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open: lease owner '%.64s#%.64s' is longer than %d "
+                      "bytes",
+                      conf->instance, conf->run_id, STORE_OWNER_MAX);
+        return DD_ERR_INVAL;
+    }
+    if (conf->ops_ttl_ms < 0 || conf->failed_ttl_ms < 0 || conf->lease_ms < 0
+        || conf->validators_ttl_ms < 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open: negative ops_ttl_ms, failed_ttl_ms, "
+                      "lease_ms or validators_ttl_ms");
+        return DD_ERR_INVAL;
+    }
+    return DD_OK;
+}
+
+/* Settings (defaults for zeros), counters and locks of a new store. */
+static void open_init(struct store *s, const struct store_conf *conf)
+{
+    snprintf(s->owner, sizeof(s->owner), "%s#%s", conf->instance,
+             conf->run_id);
+    snprintf(s->owner_prefix, sizeof(s->owner_prefix), "%s#", conf->instance);
+    s->ops_ttl_ms = conf->ops_ttl_ms ? conf->ops_ttl_ms : STORE_DEF_OPS_TTL_MS;
+    s->failed_ttl_ms =
+        conf->failed_ttl_ms ? conf->failed_ttl_ms : STORE_DEF_FAILED_TTL_MS;
+    s->lease_ms = conf->lease_ms ? conf->lease_ms : STORE_DEF_LEASE_MS;
+    s->validators_ttl_ms = conf->validators_ttl_ms
+                               ? conf->validators_ttl_ms
+                               : STORE_DEF_VALIDATORS_TTL_MS;
+    s->max_body_bytes =
+        conf->max_body_bytes ? conf->max_body_bytes : STORE_DEF_MAX_BODY_BYTES;
+    atomic_init(&s->filter_clock_ms, 0);
+    atomic_init(&s->next_seq, 1);
+    atomic_init(&s->seq_reserved, 1);
+    atomic_init(&s->pending, 0);
+
+    for (; s->stripes_init < STORE_STRIPES; s->stripes_init++)
+        pthread_mutex_init(&s->stripes[s->stripes_init], NULL);
+    pthread_mutex_init(&s->seq_mu, NULL);
+    s->seq_mu_init = true;
+    pthread_mutex_init(&s->sync_mu, NULL);
+    pthread_cond_init(&s->sync_cv, NULL);
+    s->sync_mu_init = true;
+}
+
+/* With store.sync and group commit: the syncer thread. */
+static dd_err_t open_syncer(struct store *s, const struct store_conf *conf,
+                            char *errstr, size_t errstr_size)
+{
+    if (!conf->sync || !conf->group_commit)
+        return DD_OK;
+    if (pthread_create(&s->sync_thread, NULL, sync_main, s) != 0) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_open(%s): cannot start the group-commit "
+                      "thread", s->path);
+        return DD_ERR_FATAL;
+    }
+    s->sync_thread_started = true;
+    s->group_commit = true;
+    return DD_OK;
+}
+
+dd_err_t store_open(const struct store_conf *conf, struct store **out,
+                    char *errstr, size_t errstr_size)
+{
+    *out = NULL;
+    dd_err_t err = open_conf_check(conf, errstr, errstr_size);
+    if (err)
+        return err;
+    struct store *s = calloc(1, sizeof(*s));
+    if (!s) {
+        dd_errstr_set(errstr, errstr_size, "store_open: out of memory");
+        return DD_ERR_NOMEM;
+    }
+    s->path = strdup(conf->path);
+    if (!s->path) {
+        dd_errstr_set(errstr, errstr_size, "store_open: out of memory");
+        err = DD_ERR_NOMEM;
+        goto out;
+    }
+    open_init(s, conf);
+    set_options(s, conf);
+    err = db_open(s, errstr, errstr_size);
+    if (!err)
+        err = check_layout(s, errstr, errstr_size);
+    if (!err)
+        err = init_outbox(s, errstr, errstr_size);
+    if (!err)
+        err = idx_open(s, conf->index_max_bytes ? conf->index_max_bytes
+                                                : STORE_DEF_INDEX_BYTES,
+                       errstr, errstr_size);
+    if (!err)
+        err = open_syncer(s, conf, errstr, errstr_size);
+    if (err)
+        goto out;
+    log_msg(LOG_INFO, "STORE",
+            "opened %s as %s: %llu pending outbox entries, next seq %llu",
+            s->path, s->owner, (unsigned long long)atomic_load(&s->pending),
+            (unsigned long long)atomic_load(&s->next_seq));
+out:
+    if (err) {
+        store_close(s);
+        return err;
+    }
+    *out = s;
+    return DD_OK;
+}
+
+/* RocksDB's objects, in the order RocksDB needs: column-family handles
+ * before rocksdb_close (DESIGN.md 10), the filter after it (compactions use
+ * it until the DB is closed). */
+static void close_db(struct store *s)
+{
+    for (int i = 0; i < CF_N; i++)
+        if (s->cf[i])
+            rocksdb_column_family_handle_destroy(s->cf[i]);
+    for (size_t j = 0; j < s->extra_cf_n; j++)
+        rocksdb_column_family_handle_destroy(s->extra_cf[j]);
+    free(s->extra_cf);
+    if (s->db)
+        rocksdb_close(s->db);
+    if (s->ttl_opts)
+        rocksdb_options_destroy(s->ttl_opts);
+    if (s->opts)
+        rocksdb_options_destroy(s->opts);
+    if (s->filter)
+        rocksdb_compactionfilter_destroy(s->filter);
+    if (s->bbto)
+        rocksdb_block_based_options_destroy(s->bbto);
+    if (s->cache)
+        rocksdb_cache_destroy(s->cache);
+    if (s->ropts)
+        rocksdb_readoptions_destroy(s->ropts);
+    if (s->wopts)
+        rocksdb_writeoptions_destroy(s->wopts);
+    if (s->wopts_nosync)
+        rocksdb_writeoptions_destroy(s->wopts_nosync);
+}
+
+void store_close(struct store *s)
+{
+    if (!s)
+        return;
+    idx_close(s); /* stops the rebuild thread, which reads the DB */
+    if (s->sync_thread_started) {
+        /* the syncer makes what is pending durable, then leaves */
+        pthread_mutex_lock(&s->sync_mu);
+        s->sync_stop = true;
+        pthread_cond_signal(&s->sync_cv);
+        pthread_mutex_unlock(&s->sync_mu);
+        pthread_join(s->sync_thread, NULL);
+    }
+    close_db(s);
+    for (int i = 0; i < s->stripes_init; i++)
+        pthread_mutex_destroy(&s->stripes[i]);
+    if (s->seq_mu_init)
+        pthread_mutex_destroy(&s->seq_mu);
+    if (s->sync_mu_init) {
+        pthread_mutex_destroy(&s->sync_mu);
+        pthread_cond_destroy(&s->sync_cv);
+    }
+    free(s->path);
+    free(s);
+}
+
+const char *store_owner(const struct store *store)
+{
+    return store->owner;
+}
+
+void store_compact(struct store *s)
+{
+    for (int i = 0; i < CF_N; i++)
+        rocksdb_compact_range_cf(s->db, s->cf[i], NULL, 0, NULL, 0);
+}
+
+void store_set_filter_clock(struct store *s, int64_t now_ms)
+{
+    atomic_store(&s->filter_clock_ms, now_ms);
+}

@@ -1,0 +1,181 @@
+/*
+ * store_internal.h: INTERNAL to the store's files (src/store.c, store_db.c,
+ * store_cond.c, store_marks.c), not an API: what they share.
+ *
+ *   store.c        the op state machine: claims, batched claims, fenced
+ *                  transitions, completions, outbox, attempts, forget
+ *   store_db.c     RocksDB options, column families, layout check, the
+ *                  compaction filter, the group-commit thread, open and
+ *                  close, the index rebuild
+ *   store_cond.c   validators and bodies (conditional refetch)
+ *   store_marks.c  conflicts, seen marks, receipts
+ *   store_index.c  the hot index and SipHash (include/store_index.h; no
+ *                  RocksDB)
+ *   store_codec.c  every record's layout (include/store_codec.h; no RocksDB)
+ *
+ * Only these files use RocksDB.  Locking: one mutex of STORE_STRIPES per key
+ * (an op's stripe is chosen by its index key, other keys' by FNV-1a); every
+ * change of one op (its record, outbox entry, attempts, validator and the
+ * index entry) happens under its stripe; batches take their stripes in
+ * ascending order.
+ */
+#ifndef DEDUPD_STORE_INTERNAL_H
+#define DEDUPD_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <rocksdb/c.h>
+
+#include "dd.h"
+#include "store.h"
+#include "store_codec.h"
+#include "store_index.h"
+
+#define STORE_STRIPES 256
+#define STORE_SEQ_BLOCK 1024 /* outbox seqs reserved in meta per write */
+
+enum store_cf {
+    CF_DEFAULT,
+    CF_OPS,
+    CF_OUTBOX,
+    CF_CONFLICTS,
+    CF_SEEN,
+    CF_META,
+    CF_ATTEMPTS,
+    CF_RECEIPTS,
+    CF_VALIDATORS,
+    CF_BODIES,
+    CF_N
+};
+
+/* Column family names, by enum store_cf (store_db.c). */
+extern const char *const store_cf_names[CF_N];
+
+/* Meta keys (store_codec.h has their values' layout). */
+#define STORE_META_LAYOUT_KEY "layout_version"
+#define STORE_META_SEQ_KEY "outbox_seq_reserved"
+
+struct store {
+    rocksdb_t *db;
+    rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
+    rocksdb_options_t *ttl_opts; /* expiring CFs (is_ttl_cf): + TTL filter */
+    rocksdb_block_based_table_options_t *bbto;
+    rocksdb_cache_t *cache;
+    rocksdb_compactionfilter_t *filter;
+    rocksdb_readoptions_t *ropts;
+    rocksdb_writeoptions_t *wopts;
+    rocksdb_writeoptions_t *wopts_nosync; /* never synced: claims, outbox
+                                            acks (see store.h) */
+    /* group commit (store_conf.group_commit): store_complete_batch writes
+     * without fsync and takes a ticket; the syncer thread fsyncs the WAL
+     * (rocksdb_flush_wal, sync) whenever tickets are pending, so one fsync
+     * covers every write before it, and publishes the last ticket covered */
+    bool group_commit;
+    pthread_t sync_thread;
+    bool sync_thread_started;
+    pthread_mutex_t sync_mu;
+    pthread_cond_t sync_cv;
+    bool sync_mu_init;
+    bool sync_stop;                      /* under sync_mu */
+    _Atomic uint64_t ticket_issued;      /* last ticket handed out */
+    _Atomic uint64_t ticket_durable;     /* last ticket fsync'd */
+    _Atomic bool sync_failed;            /* an fsync failed: no ticket after
+                                            it will ever be durable */
+    rocksdb_column_family_handle_t *cf[CF_N];
+    rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
+    size_t extra_cf_n;
+
+    pthread_mutex_t stripes[STORE_STRIPES];
+    int stripes_init;
+    pthread_mutex_t seq_mu;
+    bool seq_mu_init;
+
+    _Atomic int64_t filter_clock_ms;     /* 0 = wall clock */
+    _Atomic uint64_t next_seq;           /* next outbox seq to hand out */
+    _Atomic uint64_t seq_reserved;       /* persisted bound (exclusive) */
+    _Atomic uint64_t pending;            /* outbox entries */
+
+    /* hot index, and its rebuild thread (store_db.c) */
+    struct store_index *idx;
+    _Atomic bool idx_stop;               /* store_close: stop the rebuild */
+    pthread_t idx_thread;
+    bool idx_thread_started;
+
+    char *path;
+    char owner[STORE_OWNER_MAX + 1];        /* "<instance>#<run_id>" */
+    char owner_prefix[STORE_OWNER_MAX + 1]; /* "<instance>#" */
+    int64_t ops_ttl_ms;
+    int64_t failed_ttl_ms;
+    int64_t lease_ms;
+    int64_t validators_ttl_ms;
+    size_t max_body_bytes;
+};
+
+/* The store's clock: the filter clock when set (tests), else wall time.
+ * @locality any thread (also the compaction filter's). */
+static inline int64_t store_clock_ms(struct store *s)
+{
+    int64_t c = atomic_load(&s->filter_clock_ms);
+    return c ? c : dd_now_ms();
+}
+
+/* a + b, saturating at INT64_MAX (a TTL never wraps an expiry).
+ * @locality any thread. */
+static inline int64_t store_add_ms(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    return a + b;
+}
+
+/* The stripe of the op whose index key is \p k.  @locality any thread. */
+static inline pthread_mutex_t *store_key_stripe(struct store *s,
+                                                const struct store_index_key *k)
+{
+    return &s->stripes[k->k0 % STORE_STRIPES];
+}
+
+/* The stripe of \p op_id; \p k gets its index key.  @locality any thread. */
+static inline pthread_mutex_t *store_op_stripe(struct store *s,
+                                               const char *op_id,
+                                               struct store_index_key *k)
+{
+    store_index_digest(s->idx, op_id, strlen(op_id), k);
+    return store_key_stripe(s, k);
+}
+
+/* Convert a RocksDB error at the boundary: "call(what): message" in errstr,
+ * then rocksdb_free(rerr).  @returns DD_ERR_IO.  @locality any thread.
+ * (store_db.c) */
+dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
+                        char *errstr, size_t errstr_size);
+
+/* DD_ERR_INVAL unless op_id is 1..STORE_KEY_MAX bytes ("fn: op_id of N
+ * bytes (must be 1..512)").  @locality any thread.  (store.c) */
+dd_err_t store_op_id_check(const char *fn, const char *op_id, char *errstr,
+                           size_t errstr_size);
+
+/* Group commit: a ticket for the write just made (durable once
+ * store_durable() reaches it), waking the syncer; 0 without group commit.
+ * (store_db.c) */
+uint64_t store_sync_ticket(struct store *s);
+
+/* What a completion does with its validator fields, decided before any lock
+ * is taken; for STORE_VALIDATOR_WRITTEN, \p digest gets the body's key.
+ * (store_cond.c) */
+enum store_validator_write store_cond_prep(struct store *s,
+                                           const struct store_complete_req *r,
+                                           char digest[STORE_HASH_LEN + 1]);
+
+/* Under the op's stripe, after its completion was staged: its validator
+ * (put or delete) and, when \p put_body, its body, into \p wb.
+ * (store_cond.c) */
+void store_cond_stage(struct store *s, rocksdb_writebatch_t *wb,
+                      const struct store_complete_req *r, const char *digest,
+                      bool put_body, int64_t now_ms);
+
+#endif
