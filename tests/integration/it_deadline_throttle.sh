@@ -52,8 +52,8 @@ metric() { # metric RUNLOG NAME
 }
 # wait_result KEY SECONDS: until KEY has a result (prints it), else fails.
 wait_result() {
-  local r i
-  for i in $(seq $(( $2 * 5 ))); do
+  local r end=$(( $(date +%s%3N) + $2 * 1000 ))
+  while [ "$(date +%s%3N)" -lt "$end" ]; do
     r=$(result_of "$1")
     [ -n "$r" ] && { echo "$r"; return 0; }
     sleep 0.2

@@ -3,7 +3,7 @@
 # (DESIGN.md section 5, RFC 1928 section 6).
 #
 # Three sessions of one provider on the stack's dante exit (socks5h, no auth),
-# fetch.cooldown_default_ms 20 s, fetch.session_max_errors 2.  dante answers
+# fetch.cooldown_default_ms 60 s, fetch.session_max_errors 2.  dante answers
 # reply 4 (host unreachable) to a name it cannot resolve, reply 5 (connection
 # refused) to a closed port, reply 2 (not allowed by its ruleset) to an
 # address outside 127.0.0.0/8.
@@ -11,7 +11,8 @@
 #      the same session, no rotation; dante's log names the name 3 times;
 #   Y. a closed port on an address: category connect, likewise;
 #   E. right after, plain jobs (5 s deadline) are fetched through the same
-#      exit at once: no session cooled down, none retired;
+#      exit at once: no session cooled down (a cooldown would outlast their
+#      deadline), none retired;
 #   Z. reply 2 stays the proxy's failure: proxy_connect, the op rotates.
 # Asserted on dante's log (which target the exit tried), the origin's log
 # (requests and their peer: 127.0.0.4 is dante's exit address), the results
@@ -30,7 +31,7 @@ export DEDUPD_PROXY__EXITS=
 export DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32,203.0.113.7/32
 export DEDUPD_FETCH__MAX_ATTEMPTS=3
 export DEDUPD_FETCH__BACKOFF_BASE_MS=50 DEDUPD_FETCH__BACKOFF_MAX_MS=200
-export DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=20000
+export DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=60000
 export DEDUPD_FETCH__SESSION_MAX_ERRORS=2
 
 cleanup() {
@@ -53,9 +54,9 @@ kill "$cpid"; wait "$cpid" 2>/dev/null || true
 dead=dead-$$-$(date +%s).invalid
 job() { jq -cn --arg u "$1" --arg k "$2" --argjson d "$3" '{url: $u, job_key: $k, deadline_s: $d}'; }
 results() { topic_dump "$DEDUPD_TOPICS__RESULTS" | jq -c '.payload | fromjson'; }
-wait_results() { # wait_results N SECONDS
-  local i
-  for i in $(seq $(( $2 * 5 ))); do
+wait_results() { # wait_results N SECONDS: until N results, for SECONDS at most
+  local end=$(( $(date +%s%3N) + $2 * 1000 ))
+  while [ "$(date +%s%3N)" -lt "$end" ]; do
     [ "$(results | wc -l)" -ge "$1" ] && return 0
     sleep 0.2
   done
@@ -69,9 +70,9 @@ socks_new() { tail -n +"$(( socks_mark + 1 ))" "$SOCKS_LOG"; }
 DPID=$!
 
 # ---- X and Y: replies 4 and 5
-{ job "http://$dead/?c=$T-x" x 20; job "http://127.0.0.1:$CLOSED/?c=$T-y" y 20; } >"$WORK/xy.ndjson"
+{ job "http://$dead/?c=$T-x" x 10; job "http://127.0.0.1:$CLOSED/?c=$T-y" y 10; } >"$WORK/xy.ndjson"
 submit "$WORK/xy.ndjson" >/dev/null
-wait_results 2 20 || fail "X, Y: no results in 20 s"
+wait_results 2 15 || fail "X, Y: no results in 15 s (deadline 10 s)"
 for k in x y; do
   echo "$k: $(results | jq -c --arg k $k 'select(.job_key == $k) | {outcome, category, attempts, rotations, session, error}')"
 done
