@@ -19,7 +19,7 @@
 # and the run log.
 source "$(dirname "$0")/lib.sh"
 pin_dedupd
-SOCKS_LOG=${SOCKS_LOG:-$STACK_DIR/dante/danted.log}
+SOCKS_LOG=${SOCKS_LOG:-$STACK_DIR/dante/danted.log} # from stack.sh env
 [ -r "$SOCKS_LOG" ] || fail "dante's log $SOCKS_LOG is not readable"
 sx=${SOCKS_EXITS%% *}; sx=${sx#*://}; sx_host=${sx%:*}; sx_port=${sx##*:}
 
