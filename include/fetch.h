@@ -13,6 +13,24 @@
  * retries; rotations are counted and capped apart from attempts.  A 429 is never
  * a final success.  Retry waits live in this thread's timers.
  *
+ * Deadline: an op never waits past fetch_req.deadline_ms.  A retry starts after
+ * its backoff and once a session that serves the op can take it (retry.h
+ * retry_plan); when every such session cools down until the deadline or later
+ * (a Retry-After beyond the time left), the op fails at once with category
+ * "throttled" and no FETCH_RETRY_WAIT is reported; the failed attempt's record
+ * keeps the wait the server asked for (its error: "the server asked to wait N
+ * ms (Retry-After: V)").  The sessions keep their cooldowns for other ops.
+ * When the backoff alone runs out the time, the op fails with its attempt's
+ * category.
+ *
+ * SOCKS replies about the target (RFC 1928 section 6: 3 network unreachable,
+ * 4 host unreachable, 5 connection refused, 6 TTL expired; fetch_outcome.h):
+ * the target's failure, "dns" (reply 4 about a name the exit resolves) or
+ * "connect", retried like the same failure fetched direct, on the same session,
+ * whose health (errors, cooldown) is left alone.  Other SOCKS failures are
+ * the proxy's: "proxy_connect" (with another session to go to, the failing
+ * one cools down and the op moves on).
+ *
  * Only safe requests (GET/HEAD, or "safe": true) are retried after the request may
  * have reached the origin; unsafe ones are retried only on failures that happen
  * before any byte was sent (proxy/connect/DNS).

@@ -21,8 +21,23 @@
  * through a proxy, 407 to CONNECT is PROXY_AUTH and another CONNECT answer of
  * 300 or more is CONNECT_REFUSED ("proxy_connect"); a SOCKS authentication
  * rejection (CURLE_PROXY with CURLPX_NO_AUTH, USER_REJECTED, LONG_USER,
- * LONG_PASSWD, IDENTD_DIFFER) is PROXY_AUTH; everything else is TRANSPORT,
- * categorised by the CURLcode.
+ * LONG_PASSWD, IDENTD_DIFFER) is PROXY_AUTH; a SOCKS reply about the target
+ * is TARGET_UNREACHABLE (below); everything else is TRANSPORT, categorised
+ * by the CURLcode.
+ *
+ * SOCKS replies about the target (RFC 1928 section 6, read from
+ * CURLINFO_PROXY_ERROR): the exit worked and reached out for the target, so
+ * the failure is the target's, exactly as if dedupd had tried it directly:
+ * reply 4 "host unreachable" is "dns" when the proxy was given a name to
+ * resolve (socks5h / socks4a and a target that is not an IP literal; dante
+ * answers 4 to a name it cannot resolve) and "connect" when it was given an
+ * address; 3 "network unreachable", 5 "connection refused" and 6 "TTL
+ * expired" are "connect"; a name that a socks5:// / socks4:// session failed
+ * to resolve locally (CURLPX_RESOLVE_HOST) is "dns".  They retry like their
+ * direct kin (RETRY_ANY: nothing reached the target) and leave the session's
+ * health alone.  Every other SOCKS failure (reply 1 "general failure", 2
+ * "not allowed by ruleset", 7, 8, unassigned replies, a closed or garbled
+ * connection) stays "proxy_connect": it says nothing about the target.
  */
 #ifndef DEDUPD_FETCH_OUTCOME_H
 #define DEDUPD_FETCH_OUTCOME_H
@@ -50,6 +65,10 @@ enum fetch_outcome_kind {
     FETCH_OUTCOME_CONNECT_REFUSED,/**< an HTTP proxy answered CONNECT with
                                        300 or more (not 407) */
     FETCH_OUTCOME_TRANSPORT,      /**< no usable answer (category, retry) */
+    FETCH_OUTCOME_TARGET_UNREACHABLE, /**< a SOCKS exit worked and reported
+                                       the target unreachable ("dns" or
+                                       "connect", RETRY_ANY): the target's
+                                       failure, not the session's */
     FETCH_OUTCOME_KINDS           /**< count */
 };
 
@@ -71,6 +90,9 @@ struct fetch_facts {
     long proxy_error;           /**< CURLINFO_PROXY_ERROR (a CURLproxycode)
                                      when result is CURLE_PROXY, else 0 */
     bool proxied;               /**< the transfer went through a proxy */
+    bool target_name_to_proxy;  /**< the proxy was given the target's name
+                                     to resolve (socks5h:// or socks4a://,
+                                     and the host is not an IP literal) */
     bool has_location;          /**< CURLINFO_REDIRECT_URL is set */
     bool too_large;             /**< the body passed fetch.max_body_bytes */
     bool refused_target;        /**< the SSRF guard refused the address
@@ -92,7 +114,8 @@ struct fetch_outcome {
                                      CONNECT answer for CONNECT_REFUSED; 407
                                      for a 407 (either kind), 0 for a SOCKS
                                      rejection */
-    enum fetch_outcome_retry retry; /**< TRANSPORT only (else IF_SAFE) */
+    enum fetch_outcome_retry retry; /**< TRANSPORT and TARGET_UNREACHABLE
+                                         (else IF_SAFE) */
     char error[FETCH_OUTCOME_ERROR_SIZE]; /**< error text; "" for ANSWER
                                                and REDIRECT */
 };
@@ -105,6 +128,20 @@ struct fetch_outcome {
  */
 void fetch_outcome_classify(const struct fetch_facts *facts,
                             struct fetch_outcome *out);
+
+/**
+ * @brief Is the target's name what the proxy gets to resolve?  True for a
+ *        socks5h:// or socks4a:// proxy (the scheme, any case) and a host
+ *        that is not an IP literal; false otherwise (an HTTP proxy, a
+ *        socks5:// or socks4:// proxy that gets an address resolved here,
+ *        no proxy, or an IPv4 / bracketed IPv6 literal).  The fact
+ *        fetch_facts.target_name_to_proxy.
+ * @param proxy_url  The session's proxy URL, NUL-terminated, or NULL (direct).
+ * @param host       The target host as libcurl's URL parser gives it
+ *                   (NUL-terminated; IPv6 in brackets).
+ * @locality any thread; pure.
+ */
+bool fetch_outcome_name_to_proxy(const char *proxy_url, const char *host);
 
 /** @returns the static name of \p kind ("answer", "redirect", ...).
  *  @locality any thread. */

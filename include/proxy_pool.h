@@ -16,9 +16,9 @@
  * whether to move away from it), says when an attempt starts through it
  * (proxy_pool_acquire), and reports how the attempt ended
  * (proxy_pool_report: ok, failed, throttled with its Retry-After, proxy down,
- * proxy authentication failed).  The pool applies what follows for the
- * session; what follows for the op (retry, rotation caps, workflow restarts)
- * is the engine's.
+ * proxy authentication failed, or the target failed behind a working exit).
+ * The pool applies what follows for the session; what follows for the op
+ * (retry, rotation caps, workflow restarts, the deadline) is the engine's.
  *
  * Policy the pool applies:
  *  - pick: the least busy session, round robin among equals, that serves the
@@ -31,6 +31,9 @@
  *    invalid, clamped to fetch.retry_after_max_ms; a cooldown never gets
  *    shorter); a proxy that could not be used, when the op leaves it, cools
  *    down fetch.cooldown_default_ms;
+ *  - target failures: an exit that worked and said the target failed (a
+ *    SOCKS5 reply about the target) keeps its health as it was: no error
+ *    counted (so no retirement for errors in a row), no cooldown;
  *  - credential suspension: a proxy authentication failure on a provider
  *    session suspends every session of that provider (its credential set) for
  *    fetch.proxy_auth_cooldown_ms (0 = never) and retires the session (a
@@ -125,6 +128,13 @@ enum proxy_pool_verdict {
                                     SOCKS authentication): FAILED, and the
                                     credential set is suspended (see above) */
     PROXY_POOL_ABANDONED = 5,  /**< the attempt was canceled: only released */
+    PROXY_POOL_TARGET_FAILED = 6, /**< the exit worked and reported that the
+                                    target failed (a SOCKS5 reply about the
+                                    target, RFC 1928 section 6: network or
+                                    host unreachable, connection refused,
+                                    TTL expired): only released; the
+                                    session's health (errors, errors in a
+                                    row, cooldown) is left alone */
 };
 
 /** An attempt's outcome as reported. */
@@ -141,6 +151,10 @@ struct proxy_pool_effect {
     int64_t cooldown_ms;       /**< THROTTLED, PROXY_DOWN: the cooldown this
                                     outcome asked for, ms from now (the
                                     session keeps a longer earlier one); else 0 */
+    int64_t requested_ms;      /**< THROTTLED: the wait the server asked for
+                                    in its Retry-After, ms from now, before
+                                    the fetch.retry_after_max_ms clamp; -1
+                                    when it sent none (or none valid); else -1 */
     bool suspended;            /**< AUTH_FAILED: a credential set was newly
                                     suspended */
     bool renewed;              /**< the session moved to a new exit */

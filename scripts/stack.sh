@@ -1031,6 +1031,7 @@ cmd_env() {
   q ORIGIN_PAGES "$STACK_DIR/pages.txt"
   q PROXY_EXITS "$proxies"
   if [ "$SOCKS_ENABLE" = 1 ]; then q SOCKS_EXITS "socks5h://$SOCKS_ADDR:$SOCKS_PORT"; else q SOCKS_EXITS ""; fi
+  q SOCKS_LOG "$DDIR/danted.log"
   q THROTTLED_EXIT "$THROTTLED_EXIT"
   q THROTTLE_RATE "$THROTTLE_RATE"
   q THROTTLE_BURST "$THROTTLE_BURST"

@@ -281,8 +281,22 @@ static bool sf_join(struct pipeline *pl, struct opctx *o)
     return false;
 }
 
+/* The If-Modified-Since a Last-Modified may become (DESIGN.md section 5):
+ * only an HTTP-date (RFC 9110 section 5.6.7, any of its three forms), sent
+ * as IMF-fixdate; anything else (ISO 8601, a localised date) gives "" and
+ * that condition is not sent.  \p out: RETRY_HTTP_DATE_SIZE bytes. */
+static void cond_ims(const char *last_modified, char *out)
+{
+    int64_t t;
+    out[0] = '\0';
+    if (!last_modified || !retry_http_date_parse(last_modified, dd_now_ms(), &t) ||
+        !retry_http_date_format(t, out, RETRY_HTTP_DATE_SIZE))
+        out[0] = '\0';
+}
+
 /* Conditional refetch: load the stored validators of \p o's resource, once
- * (a refetch without validators keeps none). */
+ * (a refetch without validators keeps none).  Only validators that make a
+ * condition count: an ETag, or a Last-Modified that is an HTTP-date. */
 static void cond_load(struct pipeline *pl, struct opctx *o)
 {
     const struct job *j = o->job;
@@ -292,9 +306,17 @@ static void cond_load(struct pipeline *pl, struct opctx *o)
     bool found = false;
     char e[DD_ERRSTR_SIZE];
     if (store_validator_get(pl->store, j->resource_key, dd_now_ms(), &v,
-                            &found, e, sizeof(e)))
+                            &found, e, sizeof(e))) {
         log_msg(LOG_WARNING, "store", "validators: %s", e);
-    else if (found && (v.etag[0] || v.last_modified[0])) {
+        return;
+    }
+    if (!found)
+        return;
+    cond_ims(v.last_modified, o->ims);
+    if (v.last_modified[0] && !o->ims[0])
+        log_msg(LOG_DEBUG, "fetch", "Last-Modified '%.80s' is not an "
+                "HTTP-date: no If-Modified-Since", v.last_modified);
+    if (v.etag[0] || o->ims[0]) {
         o->cond = dd_xmalloc(sizeof(*o->cond), "validators");
         *o->cond = v;
     }
@@ -316,9 +338,8 @@ static struct fetch_header *fetch_headers(const struct opctx *o, size_t *n)
     if (o->cond && !o->no_cond) {
         if (o->cond->etag[0])
             h[nh++] = (struct fetch_header){"If-None-Match", o->cond->etag};
-        if (o->cond->last_modified[0])
-            h[nh++] = (struct fetch_header){"If-Modified-Since",
-                                            o->cond->last_modified};
+        if (o->ims[0])
+            h[nh++] = (struct fetch_header){"If-Modified-Since", o->ims};
     }
     *n = nh;
     return h;

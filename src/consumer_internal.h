@@ -18,6 +18,7 @@
 #include "err.h"
 #include "job.h"
 #include "partitions.h"
+#include "retry.h"
 #include "store.h"
 
 /* One consumed message whose work is not done yet. */
@@ -56,6 +57,9 @@ struct opctx {
     bool sf_waiting;            /* follower, waiting */
     struct store_validator *cond; /* validators sent with its request
                                      (conditional refetch), or NULL */
+    char ims[RETRY_HTTP_DATE_SIZE]; /* its If-Modified-Since: the stored
+                                     Last-Modified as IMF-fixdate, "" when
+                                     that is not an HTTP-date (not sent) */
     bool no_cond;               /* refetch without validators (a 304 not
                                    trusted, or its stored body gone) */
     bool sf_alone;              /* its leader failed transiently: it fetches

@@ -72,6 +72,8 @@ struct xfer {
     bool proxied;                 /* the running attempt's session has a proxy */
     bool fresh_connect;
     uint32_t attempts, rotations, throttled, redirects;
+    int64_t asked_wait_ms;        /* the last blocked answer's Retry-After
+                                     wait (ms, unclamped), -1 = none */
     uint32_t step_attempts;       /* attempts of the current step in this run */
     uint32_t step_5xx;            /* same-session retries of the step on 5xx */
     uint32_t restarts;            /* workflow restarts from the first step */
@@ -294,6 +296,7 @@ static void xfer_reset_response(struct xfer *x)
     x->rlen = 0;
     x->too_large = x->refused_target = x->headers_too_large = false;
     x->header_bytes = 0;
+    x->asked_wait_ms = -1;
     free(x->retry_after), x->retry_after = NULL;
     free(x->etag), x->etag = NULL;
     free(x->last_modified), x->last_modified = NULL;
@@ -510,6 +513,18 @@ static struct proxy_pool_want xfer_want(const struct xfer *x, bool rotate)
                                     .rotate = rotate};
 }
 
+/* When a session can take \p x's next request: the first that could serve
+ * it, or the one it is bound to mid-way through a workflow (\p now when one
+ * is free now).
+ * @locality fetch-engine thread */
+static int64_t xfer_free_at(struct fetch *f, const struct xfer *x, int64_t now)
+{
+    if (x->session >= 0 && wf_midway(x) && !x->need_rotate)
+        return proxy_pool_session_free_at(f->pool, x->session, now);
+    struct proxy_pool_want w = xfer_want(x, false);
+    return proxy_pool_free_at(f->pool, &w, now);
+}
+
 /* The earliest time a retry of \p x can start as things stand: its own
  * not_before, or later when every session that could serve it cools down
  * (or the one it is bound to mid-way does).  The caller makes it the op's
@@ -517,14 +532,21 @@ static struct proxy_pool_want xfer_want(const struct xfer *x, bool rotate)
  * @locality fetch-engine thread */
 static int64_t retry_not_before(struct fetch *f, const struct xfer *x)
 {
-    int64_t now = dd_now_ms(), t;
-    if (x->session >= 0 && wf_midway(x) && !x->need_rotate) {
-        t = proxy_pool_session_free_at(f->pool, x->session, now);
-    } else {
-        struct proxy_pool_want w = xfer_want(x, false);
-        t = proxy_pool_free_at(f->pool, &w, now);
-    }
+    int64_t t = xfer_free_at(f, x, dd_now_ms());
     return t > x->not_before_ms ? t : x->not_before_ms;
+}
+
+/* When \p x may retry after a backoff of \p delay_ms (retry.h retry_plan):
+ * once a session can serve it (*free_at) and before its deadline.  No side
+ * effects.
+ * @locality fetch-engine thread */
+static enum retry_plan retry_when(struct fetch *f, const struct xfer *x,
+                                  int64_t delay_ms, int64_t *at,
+                                  int64_t *free_at)
+{
+    int64_t now = dd_now_ms();
+    *free_at = xfer_free_at(f, x, now);
+    return retry_plan(now, delay_ms, *free_at, x->deadline_ms, at);
 }
 
 /* @locality fetch-engine thread */
@@ -856,19 +878,25 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
 
 /* ---- results ------------------------------------------------------------------ */
 
-/* Schedule \p x again: for a retry (attempt cap and deadline permitting).
- * Returns false if the op must fail instead.
+/* Schedule \p x again for a retry after \p delay_ms, when the attempt cap
+ * permits and a session can serve it before its deadline (retry_when).
+ * Returns RETRY_PLAN_AT when queued; else why not (the attempt cap counts as
+ * RETRY_PLAN_PAST_DEADLINE: the op fails with its attempt's category), and
+ * *free_at: when the first session can serve it.
  * @locality fetch-engine thread */
-static bool schedule_retry(struct fetch *f, struct xfer *x, int64_t delay_ms)
+static enum retry_plan schedule_retry(struct fetch *f, struct xfer *x,
+                                      int64_t delay_ms, int64_t *free_at)
 {
-    int64_t now = dd_now_ms();
+    int64_t at = 0;
+    *free_at = 0;
     if ((int64_t)x->step_attempts >= f->cfg->fetch_max_attempts)
-        return false;
-    if (now + delay_ms >= x->deadline_ms)
-        return false;
-    x->not_before_ms = now + delay_ms;
+        return RETRY_PLAN_PAST_DEADLINE;
+    enum retry_plan p = retry_when(f, x, delay_ms, &at, free_at);
+    if (p != RETRY_PLAN_AT)
+        return p;
+    x->not_before_ms = at;
     waiting_push(f, x);
-    return true;
+    return RETRY_PLAN_AT;
 }
 
 /* @locality fetch-engine thread */
@@ -1000,30 +1028,66 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
     done_push(f, r);
 }
 
+/* No session can serve \p x before its deadline (retry.h
+ * RETRY_PLAN_NO_SESSION): every one that could cools down, for a Retry-After
+ * or after a proxy failure, until \p free_at or later.  The op fails now with
+ * "throttled" rather than wait past its deadline (DESIGN.md section 5); the
+ * sessions keep their cooldowns.  The attempt that just failed, when still
+ * open, keeps what the server asked for (its Retry-After).
+ * @locality fetch-engine thread */
+static void fail_no_session(struct fetch *f, struct xfer *x, long status,
+                            const char *category, const char *error,
+                            int64_t free_at)
+{
+    int64_t now = dd_now_ms();
+    char asked[160] = "", msg[FETCH_OUTCOME_ERROR_SIZE + 320];
+    if (x->asked_wait_ms >= 0)
+        snprintf(asked, sizeof(asked), "HTTP %ld: the server asked to wait "
+                 "%lld ms (Retry-After: %.64s)", status,
+                 (long long)x->asked_wait_ms, x->retry_after ? x->retry_after : "");
+    snprintf(msg, sizeof(msg), "%s; no session can serve the op before its "
+             "deadline (in %lld ms): the first is free in %lld ms",
+             asked[0] ? asked : error, (long long)(x->deadline_ms - now),
+             (long long)(free_at - now));
+    att_close(x, status, category, msg); /* when the attempt is still open */
+    log_msg(LOG_INFO, "fetch", "%s: %s", x->orig_url, msg);
+    finish(f, x, false, status, "throttled", msg);
+}
+
 /* @locality fetch-engine thread */
 static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
                           const char *category, const char *error,
                           bool retryable)
 {
+    int64_t at = 0, free_at = 0;
+    enum retry_plan p = RETRY_PLAN_PAST_DEADLINE;
+    int64_t d = 0;
+    if (retryable && (int64_t)x->step_attempts < f->cfg->fetch_max_attempts) {
+        d = retry_backoff_ms((int)x->step_attempts - 1,
+                             f->cfg->fetch_backoff_base_ms,
+                             f->cfg->fetch_backoff_max_ms, xorshift(&f->rnd));
+        p = retry_when(f, x, d, &at, &free_at);
+    }
+    if (p == RETRY_PLAN_NO_SESSION) {
+        fail_no_session(f, x, status, category, error, free_at);
+        return;
+    }
     att_close(x, status, category, error);
-    if (retryable) {
-        int64_t d = retry_backoff_ms((int)x->step_attempts - 1,
-                                     f->cfg->fetch_backoff_base_ms,
-                                     f->cfg->fetch_backoff_max_ms,
-                                     xorshift(&f->rnd));
-        if (schedule_retry(f, x, d)) {
-            log_msg(LOG_DEBUG, "fetch", "retry %s in %lld ms after %s",
-                    x->orig_url, (long long)d, category);
-            return;
-        }
+    if (p == RETRY_PLAN_AT) {
+        x->not_before_ms = at;
+        waiting_push(f, x);
+        log_msg(LOG_DEBUG, "fetch", "retry %s in %lld ms after %s",
+                x->orig_url, (long long)(at - dd_now_ms()), category);
+        return;
     }
     finish(f, x, false, status, category, error);
 }
 
-/* A session failure during a workflow (the attempt, if any, is closed): the
- * partial run is discarded and the workflow restarts from its first step on
- * another session when it may (wf_restartable, restarts left, deadline);
- * otherwise it fails with \p category.
+/* A session failure during a workflow (an attempt still open is closed with
+ * it): the partial run is discarded and the workflow restarts from its first
+ * step on another session when it may (wf_restartable, restarts left, a
+ * session free before the deadline); otherwise it fails with \p category, or
+ * "throttled" when only cooldowns stand in the way (fail_no_session).
  * @locality fetch-engine thread */
 static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
                                const char *category, const char *error)
@@ -1035,10 +1099,20 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     }
     int64_t d = retry_backoff_ms((int)x->restarts, f->cfg->fetch_backoff_base_ms,
                                  f->cfg->fetch_backoff_max_ms, xorshift(&f->rnd));
-    if (dd_now_ms() + d >= x->deadline_ms) {
+    /* The restart may go to any session that serves the op. */
+    struct proxy_pool_want w = xfer_want(x, false);
+    int64_t now = dd_now_ms(), at = 0;
+    int64_t free_at = proxy_pool_free_at(f->pool, &w, now);
+    enum retry_plan p = retry_plan(now, d, free_at, x->deadline_ms, &at);
+    if (p == RETRY_PLAN_NO_SESSION) {
+        fail_no_session(f, x, status, category, error, free_at);
+        return;
+    }
+    if (p != RETRY_PLAN_AT) {
         finish(f, x, false, status, category, error);
         return;
     }
+    att_close(x, status, category, error);
     log_msg(LOG_INFO, "fetch",
             "workflow %s: %s at step %zu of %zu through %s; restarting from "
             "the first step (on another session when one is free)",
@@ -1058,7 +1132,7 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     x->rlen = 0;
     x->need_rotate = (int64_t)x->rotations < f->cfg->fetch_max_rotations;
     x->fresh_connect = true;
-    x->not_before_ms = dd_now_ms() + d;
+    x->not_before_ms = at;
     waiting_push(f, x);
 }
 
@@ -1172,7 +1246,6 @@ static void on_server_error(struct fetch *f, struct xfer *x,
             x->step_5xx++;
             fail_or_retry(f, x, o->status, o->category, o->error, true);
         } else {
-            att_close(x, o->status, o->category, o->error);
             wf_restart_or_fail(f, x, o->status, o->category, o->error);
         }
         return;
@@ -1188,6 +1261,7 @@ static void on_blocked(struct fetch *f, struct xfer *x, const struct fetch_outco
 {
     struct proxy_pool_effect e;
     session_report(f, x, PROXY_POOL_THROTTLED, NULL, &e);
+    x->asked_wait_ms = e.requested_ms;
     x->throttled++;
     atomic_fetch_add(&f->st_throttled, 1);
     log_msg(LOG_INFO, "fetch",
@@ -1196,7 +1270,6 @@ static void on_blocked(struct fetch *f, struct xfer *x, const struct fetch_outco
             (long long)e.cooldown_ms);
     if (wf_midway(x)) {
         if (wf_restartable(x)) {
-            att_close(x, o->status, o->category, o->error);
             wf_restart_or_fail(f, x, o->status, o->category, o->error);
         } else {
             /* Bound to this exit: wait out its Retry-After and send the
@@ -1259,7 +1332,11 @@ static void on_proxy_auth(struct fetch *f, struct xfer *x,
         return;
     }
     x->need_rotate = true;
-    if (!schedule_retry(f, x, 0))
+    int64_t free_at;
+    enum retry_plan p = schedule_retry(f, x, 0, &free_at);
+    if (p == RETRY_PLAN_NO_SESSION)
+        fail_no_session(f, x, status, "proxy_auth", o->error, free_at);
+    else if (p != RETRY_PLAN_AT)
         finish(f, x, false, status, "proxy_auth", o->error);
 }
 
@@ -1273,7 +1350,6 @@ static void on_connect_refused(struct fetch *f, struct xfer *x,
     session_report(f, x, leave ? PROXY_POOL_PROXY_DOWN : PROXY_POOL_FAILED,
                    NULL, NULL);
     if (leave) {
-        att_close(x, o->status, o->category, o->error);
         wf_restart_or_fail(f, x, o->status, o->category, o->error);
         return;
     }
@@ -1298,7 +1374,6 @@ static void on_transport(struct fetch *f, struct xfer *x,
     if (midway && !terminal) {
         /* The bound session failed under the workflow. */
         if (wf_restartable(x)) {
-            att_close(x, o->status, o->category, o->error);
             wf_restart_or_fail(f, x, o->status, o->category, o->error);
             return;
         }
@@ -1308,6 +1383,20 @@ static void on_transport(struct fetch *f, struct xfer *x,
     if (proxy_down)
         rotate_away(f, x, false); /* the exit is unusable: move elsewhere */
     fail_or_retry(f, x, o->status, o->category, o->error, retry);
+}
+
+/* A SOCKS exit reached out for the target and reported it unreachable
+ * (fetch_outcome.h): the target's failure.  The session keeps its health
+ * (no error, no cooldown, no rotation) and the op retries like a direct
+ * "dns" or "connect" failure, on the same session; a workflow mid-way
+ * retries its step there (its session did nothing wrong).
+ * @locality fetch-engine thread */
+static void on_target_unreachable(struct fetch *f, struct xfer *x,
+                                  const struct fetch_outcome *o)
+{
+    session_report(f, x, PROXY_POOL_TARGET_FAILED, NULL, NULL);
+    fail_or_retry(f, x, o->status, o->category, o->error,
+                  o->retry != FETCH_OUTCOME_RETRY_NEVER);
 }
 
 typedef void outcome_handler(struct fetch *f, struct xfer *x,
@@ -1322,6 +1411,7 @@ static outcome_handler *const outcome_handlers[FETCH_OUTCOME_KINDS] = {
     [FETCH_OUTCOME_PROXY_AUTH] = on_proxy_auth,
     [FETCH_OUTCOME_CONNECT_REFUSED] = on_connect_refused,
     [FETCH_OUTCOME_TRANSPORT] = on_transport,
+    [FETCH_OUTCOME_TARGET_UNREACHABLE] = on_target_unreachable,
 };
 
 /* The facts of \p x's finished transfer (fetch_outcome.h).
@@ -1339,6 +1429,11 @@ static void facts_read(struct fetch *f, struct xfer *x, CURLcode res,
     curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &loc);
     fa->has_location = loc != NULL;
     fa->proxied = x->proxied;
+    if (x->proxied) {
+        struct proxy_pool_session_info s;
+        proxy_pool_session_get(f->pool, x->session, &s);
+        fa->target_name_to_proxy = fetch_outcome_name_to_proxy(s.proxy, x->host);
+    }
     fa->too_large = x->too_large;
     fa->refused_target = x->refused_target;
     fa->headers_too_large = x->headers_too_large;
@@ -1452,8 +1547,13 @@ static enum launch picked_session(struct fetch *f, struct xfer *x, int64_t now,
     case PROXY_POOL_WAIT:
     default:
         if (wait_until >= x->deadline_ms) {
-            finish(f, x, false, 429, "throttled",
-                   "every session was cooling down until the deadline");
+            /* Waiting would outlive the deadline: fail now. */
+            snprintf(msg, sizeof(msg), "no session can serve the op before "
+                     "its deadline (in %lld ms): every one that could is "
+                     "cooling down, the first for %lld ms",
+                     (long long)(x->deadline_ms - now),
+                     (long long)(wait_until - now));
+            finish(f, x, false, 429, "throttled", msg);
             return LAUNCH_GONE;
         }
         x->not_before_ms = wait_until;
@@ -1468,7 +1568,8 @@ static enum launch picked_session(struct fetch *f, struct xfer *x, int64_t now,
  * @locality fetch-engine thread */
 static enum launch launch_one(struct fetch *f, struct xfer *x, int64_t now)
 {
-    if (now >= x->deadline_ms && (x->attempts > 0 || x->gate_waited)) {
+    if (now >= x->deadline_ms &&
+        (x->attempts > 0 || x->gate_waited || x->not_before_ms > now)) {
         finish(f, x, false, 0, "timeout",
                x->gate_waited && x->wait_slot
                    ? "deadline passed while waiting for the per-host limits"
@@ -1503,7 +1604,8 @@ static void launch_ready(struct fetch *f)
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
-        if (!x->wait_slot && x->not_before_ms > now) {
+        /* due: its time came, or its deadline did (no op waits past it) */
+        if (!x->wait_slot && x->not_before_ms > now && x->deadline_ms > now) {
             pp = &x->next;
             continue;
         }
@@ -1523,8 +1625,10 @@ static int64_t next_timer(struct fetch *f)
     int64_t t = INT64_MAX;
     for (struct xfer *x = f->waiting; x; x = x->next) {
         /* Ops held by the concurrency cap wake on a completion (or their
-         * deadline). */
-        int64_t at = x->wait_slot ? x->deadline_ms : x->not_before_ms;
+         * deadline); no op sleeps past its deadline. */
+        int64_t at = x->wait_slot || x->deadline_ms < x->not_before_ms
+                         ? x->deadline_ms
+                         : x->not_before_ms;
         if (at < t)
             t = at;
     }
@@ -1767,6 +1871,7 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     x->retry_noted = req->not_before_ms != 0 && f->retry_cb;
     x->opaque = req->opaque;
     x->session = -1;
+    x->asked_wait_ms = -1;
     pthread_mutex_lock(&f->lock);
     x->next = NULL;
     *f->incoming_tailp = x;

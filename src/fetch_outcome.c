@@ -2,8 +2,11 @@
  * outcome out, no side effects. */
 #include "fetch_outcome.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 /* @locality any thread; pure */
 static bool status_blocked(const struct fetch_facts *f, long status)
@@ -135,9 +138,57 @@ static bool socks_auth_rejected(long pxerr)
            pxerr == CURLPX_IDENTD_DIFFER;
 }
 
+/* A SOCKS reply (or local resolution) about the target, RFC 1928 section 6:
+ * its category and what it means (*what), or NULL when the failure is the
+ * proxy's.
+ * @locality any thread; pure */
+static const char *socks_target_category(const struct fetch_facts *f,
+                                         const char **what)
+{
+    switch (f->proxy_error) {
+    case CURLPX_REPLY_HOST_UNREACHABLE:
+        *what = f->target_name_to_proxy
+                    ? "the exit could not resolve or reach the target host "
+                      "(SOCKS reply 4)"
+                    : "the exit could not reach the target host (SOCKS reply 4)";
+        return f->target_name_to_proxy ? "dns" : "connect";
+    case CURLPX_RESOLVE_HOST:
+        *what = "the target's name did not resolve (for the SOCKS request)";
+        return "dns";
+    case CURLPX_REPLY_NETWORK_UNREACHABLE:
+        *what = "the exit has no route to the target (SOCKS reply 3)";
+        return "connect";
+    case CURLPX_REPLY_CONNECTION_REFUSED:
+        *what = "the target refused the exit's connection (SOCKS reply 5)";
+        return "connect";
+    case CURLPX_REPLY_TTL_EXPIRED:
+        *what = "the exit's connection to the target expired (SOCKS reply 6)";
+        return "connect";
+    default:
+        return NULL;
+    }
+}
+
+/* The exit reported the target unreachable: the target's failure.
+ * @locality any thread; pure */
+static void classify_target(const char *category, const char *what,
+                            struct fetch_outcome *o)
+{
+    char curl_text[sizeof(o->error)];
+    snprintf(curl_text, sizeof(curl_text), "%s", o->error);
+    set(o, FETCH_OUTCOME_TARGET_UNREACHABLE, category, 0);
+    o->retry = FETCH_OUTCOME_RETRY_ANY;
+    snprintf(o->error, sizeof(o->error), "%s: %.*s", what,
+             (int)(sizeof(o->error) - strlen(what) - 3), curl_text);
+}
+
 /* @locality any thread; pure */
 void fetch_outcome_classify(const struct fetch_facts *f, struct fetch_outcome *o)
 {
+    const char *what = NULL;
+    const char *target = f->result == CURLE_PROXY && f->proxied
+                             ? socks_target_category(f, &what)
+                             : NULL;
     memset(o, 0, sizeof(*o));
     if (f->result == CURLE_OK) {
         classify_answer(f, o);
@@ -162,9 +213,21 @@ void fetch_outcome_classify(const struct fetch_facts *f, struct fetch_outcome *o
                  f->connect_code);
     } else if (f->result == CURLE_PROXY && socks_auth_rejected(f->proxy_error)) {
         set(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 0);
+    } else if (target) {
+        classify_target(target, what, o);
     } else {
         classify_transport(f, o);
     }
+}
+
+/* @locality any thread; pure */
+bool fetch_outcome_name_to_proxy(const char *proxy_url, const char *host)
+{
+    if (!proxy_url || (strncasecmp(proxy_url, "socks5h://", 10) != 0 &&
+                       strncasecmp(proxy_url, "socks4a://", 10) != 0))
+        return false;
+    unsigned char a4[sizeof(struct in_addr)];
+    return host[0] != '[' && host[0] != '\0' && inet_pton(AF_INET, host, a4) != 1;
 }
 
 /* @locality any thread; pure */
@@ -179,6 +242,7 @@ const char *fetch_outcome_kind_name(enum fetch_outcome_kind kind)
         [FETCH_OUTCOME_PROXY_AUTH] = "proxy_auth",
         [FETCH_OUTCOME_CONNECT_REFUSED] = "connect_refused",
         [FETCH_OUTCOME_TRANSPORT] = "transport",
+        [FETCH_OUTCOME_TARGET_UNREACHABLE] = "target_unreachable",
     };
     return (unsigned)kind < FETCH_OUTCOME_KINDS ? names[kind] : "?";
 }

@@ -554,16 +554,20 @@ void proxy_pool_report(struct proxy_pool *pool, int session,
                        struct proxy_pool_effect *effect)
 {
     struct session *s = &pool->sessions[session];
-    struct proxy_pool_effect e = {0};
+    struct proxy_pool_effect e = {.requested_ms = -1};
     s->active--;
     if (o->verdict == PROXY_POOL_OK) {
         s->errors_in_row = 0;
-    } else if (o->verdict != PROXY_POOL_ABANDONED) {
+    } else if (o->verdict != PROXY_POOL_ABANDONED &&
+               o->verdict != PROXY_POOL_TARGET_FAILED) {
         s->errors_in_row++;
         s->errors++;
     }
     switch (o->verdict) {
     case PROXY_POOL_THROTTLED:
+        /* What the server asked for, then what the session honours. */
+        if (!retry_after_parse(o->retry_after, now, INT64_MAX, &e.requested_ms))
+            e.requested_ms = -1;
         if (!retry_after_parse(o->retry_after, now, pool->conf.retry_after_max_ms,
                                &e.cooldown_ms))
             e.cooldown_ms = pool->conf.cooldown_default_ms;

@@ -1,5 +1,6 @@
 /*
- * retry.c - Retry-After parsing (RFC 9110 10.2.3) and full-jitter backoff.
+ * retry.c - Retry-After parsing (RFC 9110 10.2.3), HTTP-dates (RFC 9110
+ *           5.6.7), full-jitter backoff and the retry plan against a deadline.
  *
  * Retry-After is parsed by hand rather than with strptime(3): strptime depends
  * on the locale, accepts one or more spaces anywhere, and happily takes
@@ -17,12 +18,17 @@
  * - RFC 850 two-digit years: a year that would be more than 50 years after
  *   now means the most recent past year with those digits (RFC 9110 5.6.7).
  * - A date in the past means 0 (clock skew is normal, case C-16).
+ * - The same parser decides which Last-Modified may become If-Modified-Since
+ *   (retry_http_date_parse, then retry_http_date_format: conditional refetch
+ *   sends only IMF-fixdate), so the two never disagree on what a date is.
  *
- * @locality any thread, every function: pure.  Caller: the fetch engine.
+ * @locality any thread, every function: pure.  Callers: the fetch engine and
+ * the proxy pool (Retry-After, backoff, plan), the pipeline (If-Modified-Since).
  */
 #include "retry.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const wkday[] = { "Mon", "Tue", "Wed", "Thu",
@@ -162,6 +168,70 @@ static bool parse_asctime(const char *s, size_t len, int64_t *epoch_s)
     return to_epoch(y, mon + 1, d, h, mi, sec, epoch_s);
 }
 
+/* The field value of \p value without its OWS (SP / HTAB) on either side:
+ * *start and the length. */
+static size_t trim_ows(const char *value, const char **start)
+{
+    while (*value == ' ' || *value == '\t')
+        value++;
+    size_t len = strlen(value);
+    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
+        len--;
+    *start = value;
+    return len;
+}
+
+/* One of the three HTTP-date forms, exactly \p len bytes at \p s. */
+static bool parse_http_date(const char *s, size_t len, int64_t now_ms,
+                            int64_t *epoch_s)
+{
+    return parse_imf(s, len, epoch_s) ||
+           parse_rfc850(s, len, now_ms, epoch_s) ||
+           parse_asctime(s, len, epoch_s);
+}
+
+bool retry_http_date_parse(const char *value, int64_t now_ms, int64_t *epoch_s)
+{
+    if (!value)
+        return false;
+    size_t len = trim_ows(value, &value);
+    return len > 0 && parse_http_date(value, len, now_ms, epoch_s);
+}
+
+/* Civil date of a day count since 1970-01-01 (H. Hinnant's inverse). */
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+bool retry_http_date_format(int64_t epoch_s, char *out, size_t size)
+{
+    /* years 0000..9999: what the four digits of IMF-fixdate can hold */
+    static const int64_t min_s = INT64_C(-62167219200);  /* 0000-01-01 */
+    static const int64_t max_s = INT64_C(253402300799);  /* 9999-12-31 */
+    if (size < RETRY_HTTP_DATE_SIZE || epoch_s < min_s || epoch_s > max_s)
+        return false;
+    int64_t days = epoch_s >= 0 ? epoch_s / 86400 : -((-epoch_s + 86399) / 86400);
+    int64_t secs = epoch_s - days * 86400;
+    int64_t y;
+    unsigned m, d;
+    civil_from_days(days, &y, &m, &d);
+    /* 1970-01-01 was a Thursday (index 3 from Monday) */
+    int64_t wd = ((days % 7) + 7 + 3) % 7;
+    snprintf(out, size, "%s, %02u %s %04d %02d:%02d:%02d GMT", wkday[wd], d,
+             month[m - 1], (int)y, (int)(secs / 3600), (int)(secs / 60 % 60),
+             (int)(secs % 60));
+    return true;
+}
+
 bool retry_after_parse(const char *value, int64_t now_ms, int64_t max_ms,
                        int64_t *delay_ms)
 {
@@ -169,12 +239,7 @@ bool retry_after_parse(const char *value, int64_t now_ms, int64_t max_ms,
         return false;
     if (max_ms < 0)
         max_ms = 0;
-    /* OWS around the field value: SP / HTAB */
-    while (*value == ' ' || *value == '\t')
-        value++;
-    size_t len = strlen(value);
-    while (len > 0 && (value[len - 1] == ' ' || value[len - 1] == '\t'))
-        len--;
+    size_t len = trim_ows(value, &value);
     if (len == 0)
         return false;
 
@@ -194,9 +259,7 @@ bool retry_after_parse(const char *value, int64_t now_ms, int64_t max_ms,
     }
 
     int64_t epoch_s;
-    if (!parse_imf(value, len, &epoch_s) &&
-        !parse_rfc850(value, len, now_ms, &epoch_s) &&
-        !parse_asctime(value, len, &epoch_s))
+    if (!parse_http_date(value, len, now_ms, &epoch_s))
         return false;
     /* epoch_s is within years 0..9999, so * 1000 cannot overflow; now_ms
      * may be anything, so compare before subtracting. */
@@ -228,4 +291,21 @@ int64_t retry_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms,
     /* uniform in [0, ceil_ms]; the modulo bias is below 2^-60 for any
      * realistic ceiling */
     return (int64_t)(rnd % ((uint64_t)ceil_ms + 1));
+}
+
+enum retry_plan retry_plan(int64_t now_ms, int64_t backoff_ms,
+                           int64_t free_at_ms, int64_t deadline_ms,
+                           int64_t *at_ms)
+{
+    if (backoff_ms < 0)
+        backoff_ms = 0;
+    /* now_ms + backoff_ms without overflow */
+    int64_t after = backoff_ms > INT64_MAX - now_ms ? INT64_MAX
+                                                    : now_ms + backoff_ms;
+    if (after >= deadline_ms)
+        return RETRY_PLAN_PAST_DEADLINE;
+    if (free_at_ms >= deadline_ms)
+        return RETRY_PLAN_NO_SESSION;
+    *at_ms = free_at_ms > after ? free_at_ms : after;
+    return RETRY_PLAN_AT;
 }

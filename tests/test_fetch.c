@@ -297,6 +297,104 @@ START_TEST(test_fetch_headers_too_large)
 }
 END_TEST
 
+/* One row: a SOCKS answer (CURLINFO_PROXY_ERROR with CURLE_PROXY) and
+ * whether the proxy got a name, to its kind and category. */
+struct srow {
+    long pxerr;
+    bool name;
+    enum fetch_outcome_kind kind;
+    const char *category;
+};
+
+START_TEST(test_fetch_socks_replies_about_the_target)
+{
+    /* RFC 1928 section 6: 3 network unreachable, 4 host unreachable, 5
+     * connection refused, 6 TTL expired are the target's; 4 about a name the
+     * exit was to resolve is "dns".  Everything else is the proxy's. */
+    static const struct srow rows[] = {
+        {CURLPX_REPLY_HOST_UNREACHABLE, true, FETCH_OUTCOME_TARGET_UNREACHABLE, "dns"},
+        {CURLPX_REPLY_HOST_UNREACHABLE, false, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_NETWORK_UNREACHABLE, true, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_NETWORK_UNREACHABLE, false, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_CONNECTION_REFUSED, true, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_CONNECTION_REFUSED, false, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_TTL_EXPIRED, true, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        {CURLPX_REPLY_TTL_EXPIRED, false, FETCH_OUTCOME_TARGET_UNREACHABLE, "connect"},
+        /* socks5:// (local resolution): the name did not resolve here */
+        {CURLPX_RESOLVE_HOST, false, FETCH_OUTCOME_TARGET_UNREACHABLE, "dns"},
+        /* the proxy's own failures stay proxy_connect */
+        {CURLPX_REPLY_GENERAL_SERVER_FAILURE, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_REPLY_NOT_ALLOWED, false, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_REPLY_COMMAND_NOT_SUPPORTED, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_REPLY_ADDRESS_TYPE_NOT_SUPPORTED, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_REPLY_UNASSIGNED, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_CLOSED, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_RECV_CONNECT, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_BAD_VERSION, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+        {CURLPX_REQUEST_FAILED, true, FETCH_OUTCOME_TRANSPORT, "proxy_connect"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const struct srow *r = &rows[i];
+        struct fetch_facts f = failed(CURLE_PROXY);
+        f.proxied = true;
+        f.proxy_error = r->pxerr;
+        f.target_name_to_proxy = r->name;
+        struct fetch_outcome o = classify(&f);
+        ck_assert_msg(o.kind == r->kind, "row %zu: kind %s", i,
+                      fetch_outcome_kind_name(o.kind));
+        ck_assert_msg(!strcmp(o.category, r->category), "row %zu: %s, want %s",
+                      i, o.category, r->category);
+        /* nothing reached the target: any request may be retried */
+        ck_assert_msg(o.retry == FETCH_OUTCOME_RETRY_ANY, "row %zu: retry %d", i,
+                      (int)o.retry);
+        ck_assert_int_eq(o.status, 0);
+    }
+    /* the error names the reply, then curl's text */
+    struct fetch_facts f = failed(CURLE_PROXY);
+    f.proxied = true;
+    f.proxy_error = CURLPX_REPLY_HOST_UNREACHABLE;
+    f.target_name_to_proxy = true;
+    f.curl_error = "Can't complete SOCKS5 connection to dead.invalid. (4)";
+    struct fetch_outcome o = classify(&f);
+    ck_assert_str_eq(o.error, "the exit could not resolve or reach the target "
+                              "host (SOCKS reply 4): Can't complete SOCKS5 "
+                              "connection to dead.invalid. (4)");
+    f.proxy_error = CURLPX_REPLY_CONNECTION_REFUSED;
+    f.curl_error = "";
+    o = classify(&f);
+    ck_assert_str_eq(o.error, "the target refused the exit's connection (SOCKS "
+                              "reply 5): proxy handshake error");
+    /* a SOCKS reply without a proxy configured cannot be: no target kind */
+    f.proxied = false;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_TRANSPORT, "protocol", 0);
+    /* authentication still wins over nothing; a 407 CONNECT still wins */
+    f = failed(CURLE_PROXY);
+    f.proxied = true;
+    f.proxy_error = CURLPX_REPLY_HOST_UNREACHABLE;
+    f.connect_code = 407;
+    o = classify(&f);
+    EXPECT(o, FETCH_OUTCOME_PROXY_AUTH, "proxy_auth", 407);
+}
+END_TEST
+
+START_TEST(test_fetch_name_to_proxy)
+{
+    ck_assert(fetch_outcome_name_to_proxy("socks5h://127.0.0.4:11080", "dead.invalid"));
+    ck_assert(fetch_outcome_name_to_proxy("SOCKS5H://gw:1080", "example.com"));
+    ck_assert(fetch_outcome_name_to_proxy("socks4a://gw:1080", "example.com"));
+    /* an address is sent as an address */
+    ck_assert(!fetch_outcome_name_to_proxy("socks5h://gw:1080", "127.0.0.1"));
+    ck_assert(!fetch_outcome_name_to_proxy("socks5h://gw:1080", "[::1]"));
+    ck_assert(!fetch_outcome_name_to_proxy("socks5h://gw:1080", ""));
+    /* resolved here, or no SOCKS at all */
+    ck_assert(!fetch_outcome_name_to_proxy("socks5://gw:1080", "example.com"));
+    ck_assert(!fetch_outcome_name_to_proxy("socks4://gw:1080", "example.com"));
+    ck_assert(!fetch_outcome_name_to_proxy("http://127.0.0.2:18888", "example.com"));
+    ck_assert(!fetch_outcome_name_to_proxy(NULL, "example.com"));
+}
+END_TEST
+
 START_TEST(test_fetch_kind_names)
 {
     ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_ANSWER), "answer");
@@ -308,6 +406,8 @@ START_TEST(test_fetch_kind_names)
     ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_CONNECT_REFUSED),
                      "connect_refused");
     ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_TRANSPORT), "transport");
+    ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_TARGET_UNREACHABLE),
+                     "target_unreachable");
     ck_assert_str_eq(fetch_outcome_kind_name(FETCH_OUTCOME_KINDS), "?");
 }
 END_TEST
@@ -325,6 +425,8 @@ Suite *fetch_suite(void)
     tcase_add_test(tc, test_fetch_transport_categories);
     tcase_add_test(tc, test_fetch_transport_error_texts);
     tcase_add_test(tc, test_fetch_headers_too_large);
+    tcase_add_test(tc, test_fetch_socks_replies_about_the_target);
+    tcase_add_test(tc, test_fetch_name_to_proxy);
     tcase_add_test(tc, test_fetch_kind_names);
     suite_add_tcase(s, tc);
     return s;

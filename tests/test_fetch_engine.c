@@ -3,7 +3,8 @@
  * with proxy_pool_timed_interval), and the engine itself (direct, no proxy)
  * against a small in-process HTTP/1.1 origin: workflow cookies and their
  * isolation between ops, restart of a safe workflow, failure without replay
- * of an unsafe one, the per-host concurrency cap. */
+ * of an unsafe one, the per-host concurrency cap, a Retry-After against the
+ * op's deadline (issue 14). */
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -150,7 +151,8 @@ END_TEST
 /* ---- a small origin ----------------------------------------------------------
  * Keep-alive HTTP/1.1, one thread per connection.  Logs "METHOD PATH COOKIE"
  * per request.  /login?k=K sets sid=K-n; /flaky?k=K&n=N answers 503 to the
- * first N requests of K; /slow sleeps 150 ms; others 200. */
+ * first N requests of K; /slow sleeps 150 ms; /throttle?ra=V answers 429 with
+ * "Retry-After: V"; others 200. */
 
 #define LOG_MAX 256
 static struct {
@@ -202,6 +204,11 @@ static void *conn_main(void *arg)
                      ++srv.logins);
         else if (strstr(target, "/flaky") && srv.flaky-- > 0)
             status = 503;
+        else if (strstr(target, "/throttle?ra=")) {
+            status = 429;
+            snprintf(extra, sizeof(extra), "Retry-After: %.60s\r\n",
+                     strstr(target, "?ra=") + 4);
+        }
         if (srv.n_log < LOG_MAX)
             snprintf(srv.log[srv.n_log++], 256, "%s %s %s", method, target, cookie);
         if (++srv.active > srv.max_active)
@@ -489,6 +496,101 @@ START_TEST(test_per_host_cap)
 }
 END_TEST
 
+/* The retry hook's view: WAIT events and the latest not-before time. */
+static struct {
+    int waits, starts;
+    int64_t last_not_before;
+} hook;
+
+static void hook_cb(void *hook_opaque, void *req_opaque, enum fetch_retry_event ev,
+                    int64_t not_before_ms, uint32_t attempts,
+                    const struct fetch_attempt *failed)
+{
+    (void)hook_opaque, (void)req_opaque, (void)attempts, (void)failed;
+    if (ev == FETCH_RETRY_WAIT)
+        hook.waits++, hook.last_not_before = not_before_ms;
+    else
+        hook.starts++;
+}
+
+static void submit_get(const char *path, int64_t deadline_ms)
+{
+    char u[256];
+    url(u, sizeof(u), path);
+    struct fetch_req req = {.url = u, .method = "GET", .safe = true,
+                            .deadline_ms = deadline_ms};
+    ck_assert_int_eq(fetch_submit(g_f, &req), DD_OK);
+}
+
+START_TEST(test_deadline_before_retry_after_fails_at_once)
+{
+    /* issue 14: a Retry-After (600 s, and the 3 s the cap leaves of it) far
+     * beyond the op's 2 s deadline, one session: no waiting past the
+     * deadline, no retry recorded, category throttled, the asked wait kept */
+    const char *caps[] = {"DEDUPD_FETCH__RETRY_AFTER_MAX_MS=300000",
+                          "DEDUPD_FETCH__RETRY_AFTER_MAX_MS=3000"};
+    for (int k = 0; k < 2; k++) {
+        engine_start(caps[k]);
+        memset(&hook, 0, sizeof(hook));
+        fetch_set_retry_hook(g_f, hook_cb, NULL);
+        int64_t t0 = ms_now();
+        submit_get("/throttle?ra=600", t0 + 2000);
+        struct fetch_result *r = wait_one();
+        int64_t took = ms_now() - t0;
+        ck_assert_msg(took < 1000, "result after %lld ms", (long long)took);
+        ck_assert(!r->ok);
+        ck_assert_str_eq(r->category, "throttled");
+        ck_assert_int_eq(r->status, 429);
+        ck_assert_uint_eq(r->attempts, 1);
+        ck_assert_uint_eq(r->n_attempt_log, 1);
+        ck_assert_str_eq(r->attempt_log[0].category, "throttled");
+        ck_assert_msg(strstr(r->attempt_log[0].error,
+                             "the server asked to wait 600000 ms "
+                             "(Retry-After: 600)"),
+                      "%s", r->attempt_log[0].error);
+        ck_assert_msg(strstr(r->error, "no session can serve the op before its "
+                                       "deadline"), "%s", r->error);
+        ck_assert_int_eq(hook.waits, 0);
+        fetch_result_destroy(r);
+        /* the session's cooldown holds for it: a new op (2 s deadline) fails
+         * at once without a request; one that outlives it would wait */
+        t0 = ms_now();
+        submit_get("/plain?after=throttle", t0 + 2000);
+        r = wait_one();
+        ck_assert_int_lt(ms_now() - t0, 1000);
+        ck_assert_str_eq(r->category, "throttled");
+        ck_assert_uint_eq(r->attempts, 0);
+        ck_assert_int_eq(log_count("GET /plain?after=throttle"), 0);
+        fetch_result_destroy(r);
+        ck_assert_int_eq(log_count("GET /throttle?ra=600"), 1);
+        engine_stop();
+    }
+}
+END_TEST
+
+START_TEST(test_deadline_after_retry_after_waits_it_out)
+{
+    /* a Retry-After (1 s) inside the deadline is waited out, then retried */
+    engine_start("DEDUPD_FETCH__MAX_ATTEMPTS=2");
+    memset(&hook, 0, sizeof(hook));
+    fetch_set_retry_hook(g_f, hook_cb, NULL);
+    int64_t t0 = ms_now();
+    submit_get("/throttle?ra=1", t0 + 5000);
+    struct fetch_result *r = wait_one();
+    int64_t took = ms_now() - t0;
+    ck_assert_str_eq(r->category, "throttled");
+    ck_assert_uint_eq(r->attempts, 2);
+    ck_assert_int_eq(hook.waits, 1);
+    ck_assert_int_eq(hook.starts, 1);
+    ck_assert_int_ge(r->attempt_log[1].started_at_ms,
+                     r->attempt_log[0].ended_at_ms + 990);
+    ck_assert_int_ge(hook.last_not_before, r->attempt_log[0].ended_at_ms + 990);
+    ck_assert_int_lt(took, 3000);
+    fetch_result_destroy(r);
+    engine_stop();
+}
+END_TEST
+
 Suite *fetch_engine_suite(void)
 {
     Suite *s = suite_create("fetch_engine");
@@ -506,6 +608,8 @@ Suite *fetch_engine_suite(void)
     tcase_add_test(te, test_workflow_restart_safe);
     tcase_add_test(te, test_workflow_unsafe_fails);
     tcase_add_test(te, test_per_host_cap);
+    tcase_add_test(te, test_deadline_before_retry_after_fails_at_once);
+    tcase_add_test(te, test_deadline_after_retry_after_waits_it_out);
     suite_add_tcase(s, te);
     return s;
 }

@@ -1,7 +1,8 @@
 /* Unit tests of proxy_pool.c, without curl or network (no provider API): the
  * sessions built from exits and providers, pick by country and rotation
  * mode, round robin over the least busy, cooldown after a blocked status
- * with its Retry-After (and without), proxy-down cooldowns, credential
+ * with its Retry-After (and without; the wait asked for before the clamp),
+ * proxy-down cooldowns, target failures that leave a session alone, credential
  * suspension and retirement after a proxy authentication failure,
  * retirement rules, timed rotation.  A fake clock (proxy_pool_conf.clock_ms)
  * makes every time exact. */
@@ -353,6 +354,84 @@ START_TEST(test_pool_proxy_down_replaces_cooldown)
 }
 END_TEST
 
+START_TEST(test_pool_throttled_reports_the_requested_wait)
+{
+    char *exits[] = {"http://a:1"};
+    struct proxy_pool_conf c = conf_base(); /* clamp 60000 */
+    c.exits = exits;
+    c.n_exits = 1;
+    struct proxy_pool *p = pool_new(&c);
+    struct proxy_pool_effect e;
+    /* what the server asked for, before the clamp, and what is honoured */
+    proxy_pool_acquire(p, 0);
+    report(p, 0, PROXY_POOL_THROTTLED, "600", 1000, &e);
+    ck_assert_int_eq(e.requested_ms, 600000);
+    ck_assert_int_eq(e.cooldown_ms, 60000);
+    ck_assert_int_eq(info(p, 0).cooldown_until_ms, 61000);
+    /* a date: the wait it means */
+    proxy_pool_acquire(p, 0);
+    report(p, 0, PROXY_POOL_THROTTLED, "Thu, 01 Jan 1970 00:01:40 GMT", 1000, &e);
+    ck_assert_int_eq(e.requested_ms, 99000);
+    ck_assert_int_eq(e.cooldown_ms, 60000);
+    /* none, or none valid: -1 (the default cooldown applies) */
+    proxy_pool_acquire(p, 0);
+    report(p, 0, PROXY_POOL_THROTTLED, NULL, 1000, &e);
+    ck_assert_int_eq(e.requested_ms, -1);
+    ck_assert_int_eq(e.cooldown_ms, 30000);
+    proxy_pool_acquire(p, 0);
+    report(p, 0, PROXY_POOL_THROTTLED, "-5", 1000, &e);
+    ck_assert_int_eq(e.requested_ms, -1);
+    /* other verdicts ask for nothing */
+    proxy_pool_acquire(p, 0);
+    report(p, 0, PROXY_POOL_FAILED, "600", 1000, &e);
+    ck_assert_int_eq(e.requested_ms, -1);
+    ck_assert_int_eq(e.cooldown_ms, 0);
+    proxy_pool_destroy(p);
+}
+END_TEST
+
+START_TEST(test_pool_target_failure_leaves_health_alone)
+{
+    /* a provider session one failure short of retirement, and a plain exit */
+    struct cfg_provider pv = provider("p", "sticky", 1, NULL, 0);
+    char *exits[] = {"socks5h://x:1"};
+    struct proxy_pool_conf c = conf_base();
+    c.exits = exits;
+    c.n_exits = 1;
+    c.providers = &pv;
+    c.n_providers = 1;
+    c.session_max_errors = 2;
+    struct proxy_pool *p = pool_new(&c);
+    proxy_pool_acquire(p, 1);
+    report(p, 1, PROXY_POOL_FAILED, NULL, 1000, NULL);
+    ck_assert_uint_eq(info(p, 1).errors_in_row, 1);
+    /* the exit worked; the target did not: released, nothing else */
+    struct proxy_pool_effect e;
+    for (int k = 0; k < 5; k++) {
+        for (int s = 0; s < 2; s++) {
+            proxy_pool_acquire(p, s);
+            report(p, s, PROXY_POOL_TARGET_FAILED, NULL, 1000, &e);
+            ck_assert_int_eq(e.cooldown_ms, 0);
+            ck_assert(!e.suspended && !e.renewed);
+        }
+    }
+    struct proxy_pool_session_info i = info(p, 1);
+    ck_assert_int_eq(i.active, 0);
+    ck_assert_uint_eq(i.errors, 1);
+    ck_assert_uint_eq(i.errors_in_row, 1); /* neither cleared nor counted */
+    ck_assert_int_eq(i.cooldown_until_ms, 0);
+    ck_assert_uint_eq(i.uses, 6);
+    i = info(p, 0);
+    ck_assert_uint_eq(i.errors, 0);
+    ck_assert_int_eq(i.cooldown_until_ms, 0);
+    /* still picked as it was: the op stays, no retirement */
+    ck_assert_int_eq(pick_ok(p, NULL, NULL, 1, false, 1000), 1);
+    ck_assert_str_eq(proxy_pool_session_name(p, 1), "p:s1");
+    ck_assert_int_eq(pick_ok(p, NULL, NULL, 0, false, 1000), 0);
+    proxy_pool_destroy(p);
+}
+END_TEST
+
 /* ---- proxy authentication ------------------------------------------------------ */
 
 START_TEST(test_pool_auth_failure_suspends_credential_set)
@@ -645,6 +724,8 @@ Suite *proxy_pool_suite(void)
     tcase_add_test(tc, test_pool_throttled_retry_after_cools_down);
     tcase_add_test(tc, test_pool_throttled_default_and_clamp);
     tcase_add_test(tc, test_pool_proxy_down_replaces_cooldown);
+    tcase_add_test(tc, test_pool_throttled_reports_the_requested_wait);
+    tcase_add_test(tc, test_pool_target_failure_leaves_health_alone);
     suite_add_tcase(s, tc);
     TCase *ta = tcase_create("proxy_auth");
     tcase_add_checked_fixture(ta, setup, NULL);

@@ -1,4 +1,5 @@
-/* Unit tests of retry.c: Retry-After (RFC 9110 10.2.3) and full-jitter
+/* Unit tests of retry.c: Retry-After (RFC 9110 10.2.3), HTTP-dates (RFC 9110
+ * 5.6.7) as validators, the retry plan against a deadline, and full-jitter
  * backoff; field cases C-14 and C-16. */
 #include <check.h>
 #include <stdbool.h>
@@ -182,6 +183,131 @@ START_TEST(test_retry_after_date_strict)
 }
 END_TEST
 
+/* ---- HTTP-date as a validator (If-Modified-Since) ------------------------ */
+
+/* \p v parses to \p want_s and formats back as \p imf. */
+static void assert_http_date(const char *v, int64_t want_s, const char *imf)
+{
+    int64_t s = -1;
+    ck_assert_msg(retry_http_date_parse(v, NOW_MS, &s), "'%s' is an HTTP-date",
+                  v);
+    ck_assert_msg(s == want_s, "'%s': %lld s, want %lld", v, (long long)s,
+                  (long long)want_s);
+    char out[RETRY_HTTP_DATE_SIZE];
+    ck_assert(retry_http_date_format(s, out, sizeof(out)));
+    ck_assert_str_eq(out, imf);
+}
+
+static void assert_not_http_date(const char *v)
+{
+    int64_t s = -12345;
+    ck_assert_msg(!retry_http_date_parse(v, NOW_MS, &s),
+                  "'%s' is not an HTTP-date", v ? v : "(null)");
+    ck_assert_int_eq(s, -12345);
+}
+
+START_TEST(test_http_date_three_forms_to_imf_fixdate)
+{
+    /* RFC 9110 section 5.6.7's example instant in its three forms */
+    const char *imf = "Sun, 06 Nov 1994 08:49:37 GMT";
+    assert_http_date(imf, 784111777, imf);
+    assert_http_date("Sunday, 06-Nov-94 08:49:37 GMT", 784111777, imf);
+    assert_http_date("Sun Nov  6 08:49:37 1994", 784111777, imf);
+    assert_http_date(" Sun Nov  6 08:49:37 1994\t", 784111777, imf); /* OWS */
+    /* a wrong weekday name keeps the written instant; it is sent right */
+    assert_http_date("Mon, 06 Nov 1994 08:49:37 GMT", 784111777, imf);
+    /* a leap second is the next second */
+    assert_http_date("Sun, 06 Nov 1994 08:49:60 GMT", 784111800,
+                     "Sun, 06 Nov 1994 08:50:00 GMT");
+    assert_http_date("Thu, 01 Jan 1970 00:00:00 GMT", 0,
+                     "Thu, 01 Jan 1970 00:00:00 GMT");
+    assert_http_date("Tue, 29 Feb 2028 23:59:59 GMT", 1835481599,
+                     "Tue, 29 Feb 2028 23:59:59 GMT");
+    assert_http_date("Fri, 31 Dec 9999 23:59:59 GMT", INT64_C(253402300799),
+                     "Fri, 31 Dec 9999 23:59:59 GMT");
+}
+END_TEST
+
+START_TEST(test_http_date_refuses_other_formats)
+{
+    assert_not_http_date(NULL);
+    assert_not_http_date("");
+    assert_not_http_date("   ");
+    assert_not_http_date("2024-05-01T10:00:00Z");            /* ISO 8601 */
+    assert_not_http_date("2024-05-01 10:00:00");
+    assert_not_http_date("Wed, 01 May 2024 10:00:00 +0000"); /* RFC 5322 zone */
+    assert_not_http_date("Wed, 01 May 2024 10:00:00 UTC");
+    assert_not_http_date("Mittwoch, 01. Mai 2024 10:00:00"); /* de_DE */
+    assert_not_http_date("mer., 01 mai 2024 10:00:00 GMT");  /* fr_FR */
+    assert_not_http_date("01/05/2024 10:00:00");
+    assert_not_http_date("1714557600");                      /* epoch seconds */
+    assert_not_http_date("Wed, 1 May 2024 10:00:00 GMT");
+}
+END_TEST
+
+START_TEST(test_http_date_format_bounds)
+{
+    char out[RETRY_HTTP_DATE_SIZE];
+    /* the first and last instants four year digits hold */
+    ck_assert(retry_http_date_format(INT64_C(-62167219200), out, sizeof(out)));
+    ck_assert_str_eq(out, "Sat, 01 Jan 0000 00:00:00 GMT");
+    ck_assert(retry_http_date_format(-1, out, sizeof(out)));
+    ck_assert_str_eq(out, "Wed, 31 Dec 1969 23:59:59 GMT");
+    strcpy(out, "untouched");
+    ck_assert(!retry_http_date_format(INT64_C(253402300800), out, sizeof(out)));
+    ck_assert(!retry_http_date_format(INT64_C(-62167219201), out, sizeof(out)));
+    ck_assert(!retry_http_date_format(0, out, RETRY_HTTP_DATE_SIZE - 1));
+    ck_assert_str_eq(out, "untouched");
+    /* every day of a leap year and a plain one round-trips */
+    for (int64_t t = INT64_C(1704067200); t < INT64_C(1767225600); t += 86399) {
+        char v[RETRY_HTTP_DATE_SIZE];
+        int64_t back = -1;
+        ck_assert(retry_http_date_format(t, v, sizeof(v)));
+        ck_assert_msg(retry_http_date_parse(v, NOW_MS, &back) && back == t,
+                      "%lld -> '%s' -> %lld", (long long)t, v, (long long)back);
+        struct tm tm;
+        time_t tt = (time_t)t;
+        char want[64];
+        gmtime_r(&tt, &tm);
+        strftime(want, sizeof(want), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        ck_assert_str_eq(v, want);
+    }
+}
+END_TEST
+
+/* ---- the retry plan against the deadline ------------------------------- */
+
+START_TEST(test_retry_plan_never_past_the_deadline)
+{
+    int64_t at = -1;
+    /* a session is free now: the backoff decides */
+    ck_assert_int_eq(retry_plan(1000, 50, 1000, 5000, &at), RETRY_PLAN_AT);
+    ck_assert_int_eq(at, 1050);
+    /* a session frees up before the deadline: wait for it */
+    ck_assert_int_eq(retry_plan(1000, 50, 3000, 5000, &at), RETRY_PLAN_AT);
+    ck_assert_int_eq(at, 3000);
+    /* every session cools down until the deadline or later: no session */
+    at = -1;
+    ck_assert_int_eq(retry_plan(1000, 50, 5000, 5000, &at),
+                     RETRY_PLAN_NO_SESSION);
+    ck_assert_int_eq(retry_plan(1000, 50, 301000, 5000, &at),
+                     RETRY_PLAN_NO_SESSION);
+    ck_assert_int_eq(at, -1);
+    /* the backoff alone runs out the time: the attempt's own failure */
+    ck_assert_int_eq(retry_plan(1000, 4000, 1000, 5000, &at),
+                     RETRY_PLAN_PAST_DEADLINE);
+    ck_assert_int_eq(retry_plan(1000, 4000, 301000, 5000, &at),
+                     RETRY_PLAN_PAST_DEADLINE);
+    ck_assert_int_eq(retry_plan(6000, 0, 6000, 5000, &at),
+                     RETRY_PLAN_PAST_DEADLINE);
+    /* degenerate inputs: negative backoff is 0, no overflow */
+    ck_assert_int_eq(retry_plan(1000, -7, 0, 5000, &at), RETRY_PLAN_AT);
+    ck_assert_int_eq(at, 1000);
+    ck_assert_int_eq(retry_plan(INT64_MAX - 10, INT64_MAX, 0, INT64_MAX, &at),
+                     RETRY_PLAN_PAST_DEADLINE);
+}
+END_TEST
+
 /* ---- backoff ------------------------------------------------------------ */
 
 START_TEST(test_retry_backoff_full_jitter_range)
@@ -251,6 +377,16 @@ Suite *retry_suite(void)
     tcase_add_test(tc, test_retry_after_date_clamped);
     tcase_add_test(tc, test_retry_after_rfc850_two_digit_year);
     tcase_add_test(tc, test_retry_after_date_strict);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("http_date");
+    tcase_add_test(tc, test_http_date_three_forms_to_imf_fixdate);
+    tcase_add_test(tc, test_http_date_refuses_other_formats);
+    tcase_add_test(tc, test_http_date_format_bounds);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("plan");
+    tcase_add_test(tc, test_retry_plan_never_past_the_deadline);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("backoff");
