@@ -20,7 +20,17 @@ export DEDUPD_STORE__PATH=$WORK/store DEDUPD_TAIL__STORE_PATH=$WORK/tail
 export DEDUPD_LOG__LEVEL=info
 "$DEDUPD" topics -c "$CFG" --partitions 4 >/dev/null
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# fail WHY: the test fails.  Called inside $( ) or a pipeline, it ends the
+# test's own shell too (else a failing helper would only end its subshell and
+# the test would go on with its empty output, e.g. "0 messages").
+fail() {
+  echo "FAIL: $*" >&2
+  [ "$BASHPID" = "$$" ] || kill -TERM "$$" 2>/dev/null
+  exit 1
+}
+# nothing_tested WHAT: the situation the test is about did not occur (no 429
+# seen, no op in flight at a kill...): a pass would prove nothing.
+nothing_tested() { fail "$*: nothing was tested"; }
 ok() { echo "ok: $*"; }
 expect_eq() { # expect_eq ACTUAL EXPECTED WHAT
   [ "$1" = "$2" ] || fail "$3: got '$1', expected '$2'"
@@ -32,7 +42,11 @@ pages() { awk -v n="$1" -v t="$T" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$OR
 
 log_mark() { wc -l < "$ORIGIN_ACCESS_LOG"; }
 # log_since MARK: access log lines of this test written after MARK.
-log_since() { tail -n +"$(( $1 + 1 ))" "$ORIGIN_ACCESS_LOG" | grep -F "t=$T" || true; }
+# (no line is an answer; an unreadable log is a failure, not "no request")
+log_since() {
+  { tail -n +"$(( $1 + 1 ))" "$ORIGIN_ACCESS_LOG" || fail "cannot read $ORIGIN_ACCESS_LOG"; } |
+    { grep -F "t=$T" || [ $? = 1 ] || fail "grep of $ORIGIN_ACCESS_LOG failed"; }
+}
 
 submit() { "$DEDUPD" submit -c "$CFG" "$@" 2>>"$WORK/submit.log"; }
 run_until_idle() { # prints the stats JSON
@@ -42,12 +56,38 @@ run_until_idle() { # prints the stats JSON
 tail_results() {
   "$DEDUPD" tail -c "$CFG" --exit-when-idle 2000 2>>"$WORK/tail.log"
 }
-# topic_dump TOPIC: every message as one JSON line {key, value, headers}.
+# topic_dump TOPIC: every message as one JSON line {key, payload, headers...}.
+# A topic kcat cannot read fails the test (not "0 messages").
 topic_dump() {
-  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>/dev/null
+  local err
+  err=$(mktemp "$WORK/kcat.err.XXXX")
+  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>"$err" ||
+    fail "kcat could not read topic $1: $(tail -n 3 "$err")"
+  rm -f "$err"
 }
 # Each run binds free ports (tests may overlap with a demo or another run).
 export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
+
+# admin_port LOG: the admin listener port that a dedupd run writing its log
+# to LOG announced (waits for the line up to 15 s).
+admin_port() {
+  local line
+  for _ in $(seq 150); do
+    line=$(grep -m1 -o 'admin listener on port [0-9]*' "$1" 2>/dev/null) && { echo "${line##* }"; return 0; }
+    sleep 0.1
+  done
+  fail "no admin listener line in $1"
+}
+# scrape PORT: the /metrics text of the dedupd whose admin listener is PORT.
+scrape() {
+  curl -fsS --max-time 5 "http://127.0.0.1:$1/metrics" || fail "GET /metrics on port $1 failed"
+}
+# metric SERIES [FILE]: the value of one series of a /metrics text (name and
+# labels exactly as printed, e.g. 'dedupd_results_total{outcome="fetched"}'),
+# "absent" when it is not there.
+metric() {
+  awk -v s="$1" '$1 == s {v = $2} END {print (v == "" ? "absent" : v)}' "${2:--}"
+}
 
 # free_port ADDR: a TCP port nothing listens on at ADDR now (for helpers that
 # cannot bind port 0 and report it; the usual small race applies).
