@@ -37,6 +37,19 @@ expect_eq() { # expect_eq ACTUAL EXPECTED WHAT
   ok "$3 = $2"
 }
 
+# like ACTUAL EXPECTED: ACTUAL is EXPECTED exactly, but for <n> in EXPECTED,
+# which stands for a number (a position or size that depends on the test's
+# tag or files), and a trailing "..." (a library's own wording follows).
+like() {
+  local pat=$2 rest=""
+  [[ $pat != *... ]] || { pat=${pat%...}; rest="*"; }
+  pat=$(sed 's/[][\\*?+@!()|]/\\&/g' <<<"$pat")
+  pat=${pat//<n>/+([0-9])}
+  # shellcheck disable=SC2053
+  [[ $1 == $pat$rest ]]
+}
+shopt -s extglob
+
 # pages N: N page URLs of the origin, tagged with this test's id.
 pages() { awk -v n="$1" -v t="$T" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES"; }
 
