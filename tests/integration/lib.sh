@@ -81,15 +81,37 @@ topic_dump() {
 # Each run binds free ports (tests may overlap with a demo or another run).
 export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
 
-# admin_port LOG: the admin listener port that a dedupd run writing its log
-# to LOG announced (waits for the line up to 15 s).
+# admin_port LOG [FROM]: the admin listener port that a dedupd run writing its
+# log to LOG announced (in LOG's lines from line FROM on: LOG may hold earlier
+# runs; waits for the line up to 15 s).
 admin_port() {
   local line
   for _ in $(seq 150); do
-    line=$(grep -m1 -o 'admin listener on port [0-9]*' "$1" 2>/dev/null) && { echo "${line##* }"; return 0; }
+    line=$(tail -n +"${2:-1}" "$1" 2>/dev/null | grep -m1 -o 'admin listener on port [0-9]*') &&
+      { echo "${line##* }"; return 0; }
     sleep 0.1
   done
   fail "no admin listener line in $1"
+}
+# watch_metrics PID LOG [FROM]: reads the /metrics of the dedupd run PID (its
+# log: LOG from line FROM) every 0.2 s until it exits, and leaves the last good
+# scrape in $WORK/metrics.last: a run with --exit-when-idle is idle before it
+# exits, so that scrape holds its final counts.  Then `wait PID` for its status.
+# A run still there after WATCH_LIMIT_S (300) seconds is killed: a failure.
+watch_metrics() {
+  local port end=$(( $(date +%s) + ${WATCH_LIMIT_S:-300} ))
+  rm -f "$WORK/metrics.last"
+  port=$(admin_port "$2" "${3:-1}")
+  while kill -0 "$1" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$end" ]; then
+      kill -9 "$1" 2>/dev/null
+      fail "the run did not end by itself within ${WATCH_LIMIT_S:-300} s"
+    fi
+    curl -s --max-time 1 "http://127.0.0.1:$port/metrics" > "$WORK/metrics.tmp" && [ -s "$WORK/metrics.tmp" ] &&
+      mv "$WORK/metrics.tmp" "$WORK/metrics.last"
+    sleep 0.2
+  done
+  [ -s "$WORK/metrics.last" ] || fail "no /metrics read from the run (admin port $port)"
 }
 # scrape PORT: the /metrics text of the dedupd whose admin listener is PORT.
 scrape() {
