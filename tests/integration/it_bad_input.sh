@@ -190,7 +190,8 @@ untilde() { local v; for v in "$@"; do [ "${!v}" != "~" ] || printf -v "$v" ''; 
 # Payloads byte for byte: "%K %S\n" then the key and value bytes.
 split_payloads() { # TOPIC DIR
   mkdir -p "$2"
-  kcat -C -b "$KAFKA_BOOTSTRAP" -t "$1" -o beginning -e -q -f '%K %S %p %o\n%k%s' 2>/dev/null |
+  { kcat -C -b "$KAFKA_BOOTSTRAP" -t "$1" -o beginning -e -q -f '%K %S %p %o\n%k%s' 2>"$WORK/kcat.err" ||
+      fail "kcat could not read topic $1: $(tail -n 3 "$WORK/kcat.err")"; } |
     perl -e '
       binmode STDIN; my $dir = shift;
       while (defined(my $h = <STDIN>)) {
