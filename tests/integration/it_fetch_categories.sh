@@ -276,7 +276,7 @@ while read -r k n; do CANARY[$n]=$k; done < <(tag_counts "$WORK/canary.log")
 
 for n in "${CASES[@]}"; do
   if [ -z "${NRES[$n]:-}" ]; then
-    dlq=$(topic_dump "$T-${GROUP_OF[$n]}.dlq" | jq -r --arg n "$n" 'select(.payload | test($n)) | .payload' | head -1)
+    dlq=$(topic_dump "$T-${GROUP_OF[$n]}.dlq" | jq -nr --arg n "$n" 'first(inputs | select(.payload | test($n)) | .payload)')
     BAD[$n]+="no result${dlq:+ (DLQ: $dlq)}; "
     continue
   fi

@@ -70,13 +70,15 @@ tail_results() {
   "$DEDUPD" tail -c "$CFG" --exit-when-idle 2000 2>>"$WORK/tail.log"
 }
 # topic_dump TOPIC: every message as one JSON line {key, payload, headers...}.
-# A topic kcat cannot read fails the test (not "0 messages").
+# A topic kcat cannot read fails the test (not "0 messages").  The dump is
+# read whole first, so a reader that stops early (| head -1) is no failure.
 topic_dump() {
-  local err
-  err=$(mktemp "$WORK/kcat.err.XXXX")
-  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>"$err" ||
+  local out err
+  out=$(mktemp "$WORK/kcat.out.XXXX") err=$(mktemp "$WORK/kcat.err.XXXX")
+  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J >"$out" 2>"$err" ||
     fail "kcat could not read topic $1: $(tail -n 3 "$err")"
-  rm -f "$err"
+  cat "$out" 2>/dev/null || true
+  rm -f "$out" "$err"
 }
 # Each run binds free ports (tests may overlap with a demo or another run).
 export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
