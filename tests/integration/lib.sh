@@ -87,10 +87,11 @@ export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
 # log to LOG announced (in LOG's lines from line FROM on: LOG may hold earlier
 # runs; waits for the line up to 15 s).
 admin_port() {
-  local line
+  local port
   for _ in $(seq 150); do
-    line=$(tail -n +"${2:-1}" "$1" 2>/dev/null | grep -m1 -o 'admin listener on port [0-9]*') &&
-      { echo "${line##* }"; return 0; }
+    port=$(awk -v from="${2:-1}" 'NR >= from && match($0, /admin listener on port [0-9]+/) {
+      s = substr($0, RSTART, RLENGTH); sub(/.* /, "", s); print s; exit}' "$1" 2>/dev/null || true)
+    [ -z "$port" ] || { echo "$port"; return 0; }
     sleep 0.1
   done
   fail "no admin listener line in $1"
