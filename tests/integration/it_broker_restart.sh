@@ -9,6 +9,10 @@
 #   - every logical job has exactly one result after downstream dedup
 #   - the origin saw one request per job: nothing fetched twice although
 #     uncommitted messages may be redelivered after the outage
+# First the premise (dedupd's /metrics sampled through the outage, else
+# "nothing was tested"): fetches completed while the broker's port was closed
+# (dedupd_fetch_attempts_total: they were in flight at the stop), and results
+# waited for their acknowledgement then (dedupd_outbox_pending).
 source "$(dirname "$0")/lib.sh"
 pin_dedupd
 export DEDUPD_FETCH__MAX_INFLIGHT=32
@@ -20,24 +24,62 @@ awk '/\.html$/ && k++ >= 40 && k <= 240 {print}' "$ORIGIN_PAGES" |
   sed "s|\$|?t=$T|" | jq -Rc '{url: .}' > "$WORK/wave2"
 mark=$(log_mark)
 submit "$WORK/wave1" > /dev/null
+pid="" watch=""
+trap 'kill $watch $pid 2>/dev/null || true; rm -rf "$WORK"' EXIT
 "$DEDUPD" run -c "$CFG" --stats-json > "$WORK/stats.json" 2>>"$WORK/run.log" &
 pid=$!
-sleep 3
+admin=$(admin_port "$WORK/run.log")
+# until fetches are in flight (the first wave's slow pages take 0.5..28 s)
+for _ in $(seq 100); do
+  inflight=$(scrape "$admin" | metric dedupd_ops_inflight)
+  [ "$inflight" != absent ] && [ "$inflight" -ge 10 ] && break
+  sleep 0.2
+done
+# Every 0.3 s through the outage: "ms broker_up fetch_attempts outbox_pending"
+# (broker_up: its port accepts; fetch_attempts: completed ones, all categories)
+bport=${KAFKA_BOOTSTRAP##*:}
+( while :; do
+    up=0; (exec 3<>"/dev/tcp/127.0.0.1/$bport") 2>/dev/null && up=1
+    m=$(curl -s --max-time 1 "http://127.0.0.1:$admin/metrics") &&
+      echo "$(date +%s%3N) $up $(awk '/^dedupd_fetch_attempts_total\{/ {s += $2} END {print s + 0}' <<<"$m") $(metric dedupd_outbox_pending <<<"$m")"
+    sleep 0.3
+  done > "$WORK/watch" ) &
+watch=$!
+inflight=$(scrape "$admin" | metric dedupd_ops_inflight)
+[ "$inflight" != absent ] && [ "$inflight" -gt 0 ] || nothing_tested "no op in flight when the broker stop began ($inflight)"
+ok "$inflight ops in flight when the broker stop begins"
 t0=$(date +%s)
 "$ROOT/scripts/stack.sh" kafka-restart 3 2>>"$WORK/stack.log" ||
   fail "kafka restart: $(tail -n 3 "$WORK/stack.log")"
+kill "$watch"; wait "$watch" 2>/dev/null || true; watch=""
 ok "broker down and back in $(( $(date +%s) - t0 )) s"
+# fetches completed while the broker was down (since the last sample with it
+# up: they were in flight at the stop) and results then waiting for their
+# acknowledgement
+read -r down fetched pending < <(awk '
+  $2 == 1 && !down {before = $3}
+  $2 == 0 {down++; last = $3; if ($4 ~ /^[0-9]+$/ && $4 > p) p = $4}
+  END {print down + 0, (down ? last - before : 0), p + 0}' "$WORK/watch")
+echo "broker down in $down samples of /metrics: $fetched fetches completed, at most $pending results waiting for acknowledgement"
+[ "$down" -gt 0 ] || nothing_tested "the broker's port never closed"
+[ "$fetched" -gt 0 ] || nothing_tested "no fetch was in flight through the outage"
+[ "$pending" -gt 0 ] || nothing_tested "no result waited for acknowledgement during the outage"
+ok "$fetched fetches were in flight through the outage, $pending results waited for acknowledgement"
 submit "$WORK/wave2" > /dev/null
 ok "second wave submitted $(( $(date +%s) - t0 )) s after the stop"
 n=$(cat "$WORK/wave1" "$WORK/wave2" | wc -l)
+got=0
 for _ in $(seq 1 180); do
-  [ "$(topic_dump "$DEDUPD_TOPICS__RESULTS" | jq -r .key | sort -u | wc -l)" -ge "$n" ] && break
-  kill -0 "$pid" 2>/dev/null || break
+  got=$(topic_dump "$DEDUPD_TOPICS__RESULTS" | jq -r .key | sort -u | wc -l)
+  [ "$got" -ge "$n" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "dedupd ended before all results were out: $(tail -n 3 "$WORK/run.log")"
   sleep 0.5
 done
+[ "$got" -ge "$n" ] || fail "results of $got of $n jobs on the topic $(( $(date +%s) - t0 )) s after the stop"
 ok "results of all $n jobs on the topic $(( $(date +%s) - t0 )) s after the stop"
-kill -TERM "$pid" 2>/dev/null || true
+kill -TERM "$pid" || fail "dedupd was no longer running at the SIGTERM"
 rc=0; wait "$pid" || rc=$?
+pid=""
 expect_eq "$rc" 0 "dedupd exit status after SIGTERM"
 echo "stats: $(cat "$WORK/stats.json")"
 tail_results > "$WORK/results.ndjson"

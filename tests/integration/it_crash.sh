@@ -7,6 +7,10 @@
 #   - origin fetches minus logical jobs <= ops that were in flight at the kills
 #     (counted as the ops reclaimed after restarts)
 #   - the store opens cleanly every time (each restart is a clean open)
+# First the premise: every kill hit a live dedupd (kill -9 delivered, exit
+# status 137), enough kills hit it with ops in flight (dedupd_ops_inflight of
+# its /metrics just before the kill), and the restarts reclaimed ops; else
+# "nothing was tested".
 source "$(dirname "$0")/lib.sh"
 KILLS=${CRASH_KILLS:-20}
 export DEDUPD_FETCH__MAX_INFLIGHT=32
@@ -34,8 +38,16 @@ for (( r = 0; r < ${#rounds[@]}; r++ )); do
     pid=$!
     # Kill at a random moment: during start-up, while consuming, mid-fetch.
     sleep "$(awk -v r=$RANDOM 'BEGIN{printf "%.2f", 0.3 + (r % 200) / 100}')"
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    # what the kill interrupts: the ops in flight a moment before (its
+    # /metrics, once the admin listener is up; "-" during start-up)
+    inflight=-
+    if port=$(grep -m1 -o 'admin listener on port [0-9]*' "$WORK/run.$r.log"); then
+      inflight=$({ curl -s --max-time 1 "http://127.0.0.1:${port##* }/metrics" || true; } | metric dedupd_ops_inflight)
+    fi
+    kill -9 "$pid" || fail "round $r: dedupd was gone before its kill: $(tail -n 3 "$WORK/run.$r.log")"
+    rc=0; wait "$pid" 2>/dev/null || rc=$?
+    [ "$rc" = 137 ] || fail "round $r: dedupd ended with status $rc, not by the SIGKILL (137): $(tail -n 3 "$WORK/run.$r.log")"
+    echo "$r $inflight" >> "$WORK/kills"
     kills=$((kills + 1))
     if grep -q '"level":"\(error\|crit\)".*store' "$WORK/run.$r.log"; then
       fail "store error after restart $r: $(grep store "$WORK/run.$r.log" | tail -n 1)"
@@ -51,7 +63,11 @@ done > "$WORK/conflicts"
 submit "$WORK/conflicts" > /dev/null
 stats=$(IDLE_MS=3000 run_until_idle)
 echo "final run: $stats"
-ok "$kills kills"
+echo "ops in flight at each kill (round ops): $(tr '\n' ' ' < "$WORK/kills")"
+expect_eq "$kills" "$KILLS" "kills of a live dedupd (status 137)"
+hits=$(awk '$2 ~ /^[0-9]+$/ && $2 > 0' "$WORK/kills" | wc -l)
+(( hits * 4 >= KILLS )) || nothing_tested "only $hits of $KILLS kills landed with ops in flight"
+ok "$hits of $KILLS kills landed with ops in flight"
 
 cat "$WORK"/jobs.* "$WORK/conflicts" > "$WORK/all"
 # Logical jobs: distinct op_ids.
@@ -70,6 +86,7 @@ fetches=$(log_since "$mark" | awk '$(NF-1) == 200' | wc -l)
 reclaimed=$(cat "$WORK"/run.*.log "$WORK/run.log" | grep -c 'reclaimed op at generation' || true)
 extra=$(( fetches - logical ))   # the second request of each conflict is never fetched
 echo "origin fetches $fetches, logical jobs $logical, extra fetches $extra, ops in flight at kills (reclaimed) $reclaimed"
+(( reclaimed > 0 )) || nothing_tested "no op was reclaimed after a kill"
 (( extra >= 0 )) || fail "fewer fetches than logical jobs: a job was never fetched"
 (( extra <= reclaimed )) || fail "$extra extra origin fetches but only $reclaimed ops were in flight at the kills"
 ok "extra origin fetches ($extra) <= ops in flight at kills ($reclaimed)"

@@ -29,8 +29,17 @@ topic_dump "$T.results" > "$WORK/raw.json"
 expect_eq "$(wc -l < "$WORK/raw.json")" 20 "messages on the results topic"
 bad=$(jq -r 'select(.key != (.payload | fromjson | .event_key)) | .key' "$WORK/raw.json" | wc -l)
 expect_eq "$bad" 0 "results keyed by event_key"
-bad=$(jq -r '(.headers // []) as $h | select(($h | index("idempotency-key")) == null or ($h | index("dedupd-op-id")) == null or ($h | index("dedupd-generation")) == null) | .key' "$WORK/raw.json" | wc -l)
-expect_eq "$bad" 0 "results carry idempotency-key, dedupd-op-id, dedupd-generation"
+# each header equals the payload's field: idempotency-key = event_key,
+# dedupd-op-id = op_id, dedupd-generation = generation (present is not enough)
+jq -c '(.headers // []) as $h | (.payload | fromjson) as $p
+  | def hdr($n): [range(0; $h | length; 2) | select($h[.] == $n) | $h[. + 1]];
+  {key, ik: hdr("idempotency-key"), op: hdr("dedupd-op-id"), gen: hdr("dedupd-generation"),
+   event_key: $p.event_key, op_id: $p.op_id, generation: ($p.generation | tostring)}' "$WORK/raw.json" > "$WORK/hdrs.json"
+expect_eq "$(jq -r 'select(.ik != [.event_key] or .op != [.op_id] or .gen != [.generation]) | "\(.key): \(.)"' "$WORK/hdrs.json")" "" \
+  "results whose idempotency-key, dedupd-op-id or dedupd-generation header differs from the payload's event_key, op_id or generation"
+expect_eq "$(jq -r .gen[0] "$WORK/hdrs.json" | sort -u)" 1 "dedupd-generation of first fetches"
+expect_eq "$(jq -r .op[0] "$WORK/hdrs.json" | sort -u | comm -3 - <(jq -r .op_id "$WORK/receipts.ndjson" | sort -u) | wc -l)" 0 \
+  "dedupd-op-id headers == the submitted op_ids"
 
 # Re-submit everything: nothing new is fetched or published.
 mark=$(log_mark)

@@ -59,6 +59,7 @@ ok "rate: 30 requests spread over ${span_ms} ms"
 ok "rate: at most $max_1000 requests in any second"
 check_results 30 limited
 run_rate free 0
+expect_eq "$(awk '$(NF-1) == 200' "$WORK/rate.free" | wc -l)" 30 "no limit: nginx 200s (the comparison's premise)"
 awk '{print $1}' "$WORK/rate.free" | sort -n > "$WORK/t.free"
 free_ms=$(( ($(tail -n1 "$WORK/t.free") - $(head -n1 "$WORK/t.free")) / 1000 ))
 echo "no limit: 30 requests within ${free_ms} ms"

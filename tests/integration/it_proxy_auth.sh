@@ -13,6 +13,8 @@
 #      squid provider: every page fetched through squid (nginx's client
 #      address), dante logged the rejection
 #   4. no password (good or wrong) in logs or results
+# Each suspension is counted once: dedupd_proxy_auth_suspensions_total of the
+# run's /metrics (read until it exits).
 source "$(dirname "$0")/lib.sh"
 export DEDUPD_PROXY__EXITS= DEDUPD_FETCH__PER_HOST_MAX_INFLIGHT=1
 export DEDUPD_FETCH__PROXY_AUTH_COOLDOWN_MS=60000
@@ -36,15 +38,25 @@ run_with() {
   jq --argjson p "$1" '.proxy = {providers: $p} | .fetch.allow_targets = ["127.0.0.1/32"]' "$CFG" > "$WORK/cfg.json"
   awk -v n="$2" -v t="$T-$3" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES" | jq -Rc '{url: .}' > "$WORK/jobs.$3"
   "$DEDUPD" submit -c "$WORK/cfg.json" "$WORK/jobs.$3" > /dev/null 2>>"$WORK/submit.log"
-  "$DEDUPD" run -c "$WORK/cfg.json" --exit-when-idle 2000 --stats-json 2>>"$WORK/run.log" ||
-    { tail -n 30 "$WORK/run.log" >&2; fail "dedupd run failed"; }
+  local from pid rc=0
+  from=$(( $(wc -l < "$WORK/run.log") + 1 ))
+  "$DEDUPD" run -c "$WORK/cfg.json" --exit-when-idle 2000 --stats-json > "$WORK/stats.$3" 2>>"$WORK/run.log" &
+  pid=$!
+  watch_metrics "$pid" "$WORK/run.log" "$from"   # -> $WORK/metrics.last
+  wait "$pid" || rc=$?
+  [ "$rc" = 0 ] || { tail -n 30 "$WORK/run.log" >&2; fail "dedupd run failed ($rc)"; }
+  cp "$WORK/metrics.last" "$WORK/metrics.$3"
+  cat "$WORK/stats.$3"
 }
+touch "$WORK/run.log"
+suspensions() { metric dedupd_proxy_auth_suspensions_total "$WORK/metrics.$1"; }
 results_of() { # results_of TAG: the results of that run
   "$DEDUPD" tail -c "$WORK/cfg.json" --exit-when-idle 1500 2>>"$WORK/tail.log" |
     jq -c --arg t "$T-$1" 'select(.url | contains($t))' | tee -a "$WORK/results.all"
 }
-nginx_of() { grep -F "t=$T-$1 " "$ORIGIN_ACCESS_LOG" || true; }
-squid_of() { grep -F "t=$T-$1" "$SQUID_ACCESS_LOG" || true; }
+# (no line is an answer; an unreadable log fails)
+nginx_of() { grep -F "t=$T-$1 " "$ORIGIN_ACCESS_LOG" || [ $? = 1 ] || fail "cannot read $ORIGIN_ACCESS_LOG"; }
+squid_of() { grep -F "t=$T-$1" "$SQUID_ACCESS_LOG" || [ $? = 1 ] || fail "cannot read $SQUID_ACCESS_LOG"; }
 
 # ---- 1. wrong squid password next to a good dante provider
 prov=$(jq -nc --argjson a "$(squid_prov badsquid "$WORK/wrong-password")" \
@@ -63,9 +75,7 @@ expect_eq "$(jq -s length <<<"$moved")" 1 "mixed: one op needed a second attempt
 expect_eq "$(jq -r '.session.exit' <<<"$moved")" "dante:s1" "mixed: it moved to the good provider's session"
 [ "$(jq -r '.rotations' <<<"$moved")" -ge 1 ] || fail "mixed: the move is not counted as a rotation"
 ok "mixed: the move counts as a rotation"
-grep -q '"proxy refused the credentials of provider badsquid' "$WORK/run.log" ||
-  grep -q 'proxy refused the credentials of provider badsquid' "$WORK/run.log" || fail "mixed: no suspension logged"
-ok "mixed: suspension of provider badsquid logged"
+expect_eq "$(suspensions mixed)" 1 "mixed: credential sets suspended (dedupd_proxy_auth_suspensions_total)"
 
 # ---- 2. the bad provider alone: proxy_auth, and only one request sent
 prov=$(jq -nc --argjson a "$(squid_prov badsquid "$WORK/wrong-password")" '[$a]')
@@ -77,6 +87,7 @@ expect_eq "$(squid_of alone | awk '$4 == 407' | wc -l)" 1 "alone: squid saw one 
 expect_eq "$(nginx_of alone | wc -l)" 0 "alone: nginx saw nothing"
 expect_eq "$(jq -s 'map(.attempts) | add' "$WORK/r.alone")" 1 "alone: one attempt in all"
 expect_eq "$(jq -s 'map(select(.body or .body_base64)) | length' "$WORK/r.alone")" 0 "alone: the proxy's 407 page is not published as a body"
+expect_eq "$(suspensions alone)" 1 "alone: credential sets suspended (dedupd_proxy_auth_suspensions_total)"
 
 # ---- 3. SOCKS5 authentication rejected (dante) next to a good squid provider
 t0=$(date +%s)
@@ -94,6 +105,7 @@ n=$(awk -F'[()]' -v t0="$t0" '$2 + 0 >= t0' "$SOCKS_AUTH_LOG" | grep -c "authent
 [ "$n" -ge 1 ] || fail "socks: dante logged no authentication failure"
 ok "socks: dante logged $n authentication failure(s)"
 expect_eq "$(jq -s 'map(select(.attempts == 2)) | length' "$WORK/r.socks")" 1 "socks: one op moved after the rejection"
+expect_eq "$(suspensions socks)" 1 "socks: credential sets suspended (dedupd_proxy_auth_suspensions_total)"
 
 # ---- 4. no password anywhere we write
 pw=$(cat "$SQUID_PASSWORD_FILE"); spw=$(cat "$SOCKS_AUTH_PASSWORD_FILE")

@@ -297,18 +297,22 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 expect_eq "$n" "$N_RESULTS" "results published (dedupd_results_total)"
-get healthz "http://127.0.0.1:$admin/healthz" >/dev/null
-get readyz "http://127.0.0.1:$admin/readyz" >/dev/null
-get metrics "http://127.0.0.1:$admin/metrics" >/dev/null
-get admin_404 "http://127.0.0.1:$admin/nope" >/dev/null
+# (each answer searched below is the answer it is named after: an empty or
+# failed one would hide nothing)
+expect_eq "$(get healthz "http://127.0.0.1:$admin/healthz")" 200 "GET /healthz"
+expect_eq "$(get readyz "http://127.0.0.1:$admin/readyz")" 200 "GET /readyz"
+expect_eq "$(get metrics "http://127.0.0.1:$admin/metrics")" 200 "GET /metrics"
+expect_eq "$(get admin_404 "http://127.0.0.1:$admin/nope")" 404 "GET /nope on the admin listener"
 for line in 1 31 32; do
   op=$(jq -r --argjson l "$line" 'select(.line == $l) | .op_id' "$WORK/receipts.ndjson")
   st=$(get "op_$line" "http://127.0.0.1:$api/v1/ops/$op" -H "Authorization: Bearer $TOKEN")
   expect_eq "$st" 200 "GET /v1/ops (line $line)"
-  get "op_${line}_wrong" "http://127.0.0.1:$api/v1/ops/$op" -H "Authorization: Bearer $WRONG_TOKEN" >/dev/null
+  expect_eq "$(get "op_${line}_wrong" "http://127.0.0.1:$api/v1/ops/$op" -H "Authorization: Bearer $WRONG_TOKEN")" 401 \
+    "GET /v1/ops (line $line) with a wrong token"
 done
-get op_unknown "http://127.0.0.1:$api/v1/ops/nope" -H "Authorization: Bearer $TOKEN" >/dev/null
-tr '\0' ' ' <"/proc/$RUN_PID/cmdline" >"$WORK/cmdline.txt" 2>/dev/null || true
+expect_eq "$(get op_unknown "http://127.0.0.1:$api/v1/ops/nope" -H "Authorization: Bearer $TOKEN")" 404 "GET /v1/ops of an unknown op"
+tr '\0' ' ' <"/proc/$RUN_PID/cmdline" >"$WORK/cmdline.txt" || fail "cannot read dedupd's command line"
+grep -qF ' run -c ' "$WORK/cmdline.txt" || fail "/proc/$RUN_PID/cmdline is not dedupd run's: $(cat "$WORK/cmdline.txt")"
 kill -TERM "$RUN_PID"
 rc=0
 wait "$RUN_PID" || rc=$?
@@ -343,29 +347,39 @@ cp "$WORK/run.log" "$OUT/run.stderr.log"; cp "$WORK/stats.json" "$OUT/run.stdout
 cp "$WORK/receipts.ndjson" "$OUT/submit.stdout"; cp "$WORK/submit.log" "$OUT/submit.stderr" 2>/dev/null || true
 cp "$WORK/cmdline.txt" "$OUT/proc-cmdline.txt"
 for f in "$H"/*; do cp "$f" "$OUT/http.$(basename "$f")"; done
+kcat_f() { # TOPIC FORMAT: the topic's messages in kcat's FORMAT; an unreadable topic fails
+  kcat -C -b "$KAFKA_BOOTSTRAP" -t "$1" -o beginning -e -q -f "$2" 2>"$WORK/kcat.err" ||
+    fail "kcat could not read topic $1: $(tail -n 3 "$WORK/kcat.err")"
+}
 for topic in results conflicts; do
-  kcat -C -b "$KAFKA_BOOTSTRAP" -t "$T.$topic" -o beginning -e -q -f '%h %k %s\n' >"$OUT/topic.$topic" 2>/dev/null
+  kcat_f "$T.$topic" '%h %k %s\n' >"$OUT/topic.$topic"
 done
-kcat -C -b "$KAFKA_BOOTSTRAP" -t "$T.dlq" -o beginning -e -q -f '%h %k\n' >"$OUT/topic.dlq.headers-keys" 2>/dev/null
-kcat -C -b "$KAFKA_BOOTSTRAP" -t "$T.dlq" -o beginning -e -q -f '%s\n' >"$WORK/dlq.values" 2>/dev/null
+kcat_f "$T.dlq" '%h %k\n' >"$OUT/topic.dlq.headers-keys"
+kcat_f "$T.dlq" '%s\n' >"$WORK/dlq.values"
 expect_eq "$(wc -l <"$OUT/topic.dlq.headers-keys")" "$N_DLQ" "DLQ records"
 expect_eq "$(wc -l <"$OUT/topic.conflicts")" 1 "conflict records"
 n_res=$(wc -l <"$OUT/topic.results")
 [ "$n_res" -ge "$N_RESULTS" ] || fail "results topic holds $n_res records, expected >= $N_RESULTS"
 "$DEDUPD" tail -c "$CFG" --exit-when-idle 2000 >"$OUT/tail.stdout" 2>"$OUT/tail.stderr"
-grep -q '"outcome":"failed"' "$OUT/tail.stdout" || fail "no failed result"
-grep -q '"category":"throttled"' "$OUT/tail.stdout" || fail "no throttled result"
+# the failed results searched below are the ones provoked, each for its reason
+res_of() { jq -r --arg u "$1" 'select(.url == $u) | "\(.outcome)/\(.category)"' "$OUT/tail.stdout"; }
+expect_eq "$(res_of "http://127.0.0.1:$HP/status/429?ra=0&t=$T&c=always429")" failed/throttled "the always-429 job's result"
+expect_eq "$(res_of "$O/docs/no-such-page.html?t=$T")" failed/client_error "the 404 job's result"
+expect_eq "$(res_of "http://10.1.2.3/?t=$T")" failed/forbidden_target "the forbidden target's result"
 ok "results: $(jq -r '.outcome + "/" + (.category // "")' "$OUT/tail.stdout" | sort | uniq -c | tr '\n' ' ' | tr -s ' ')"
 jq -r .op_id "$WORK/receipts.ndjson" | sort -u >"$WORK/ops.txt"
 jq -r .op_id "$H/post_ok.body" >>"$WORK/ops.txt"
 n_ops=0
 while read -r op; do
-  "$DEDUPD" inspect -c "$CFG" "$op" --json >>"$OUT/inspect.json" 2>>"$OUT/inspect.stderr" || true
+  "$DEDUPD" inspect -c "$CFG" "$op" --json >>"$OUT/inspect.json" 2>>"$OUT/inspect.stderr" ||
+    fail "inspect $op: $(tail -n 2 "$OUT/inspect.stderr")"
   n_ops=$((n_ops + 1))
 done <"$WORK/ops.txt"
+expect_eq "$(jq -s 'map(.op_id) | unique | length' "$OUT/inspect.json")" "$n_ops" "ops inspected (one record each)"
 # the text form of the ops with the most attempts
 for op in $(jq -rs 'sort_by(-.attempts) | .[0:3][] | .op_id' "$OUT/inspect.json"); do
-  "$DEDUPD" inspect -c "$CFG" "$op" >>"$OUT/inspect.txt" 2>>"$OUT/inspect.stderr" || true
+  "$DEDUPD" inspect -c "$CFG" "$op" >>"$OUT/inspect.txt" 2>>"$OUT/inspect.stderr" ||
+    fail "inspect $op (text): $(tail -n 2 "$OUT/inspect.stderr")"
 done
 n_407=$(jq -s '[.[].attempt_log[] | select(.status == 407)] | length' "$OUT/inspect.json")
 [ "$n_407" -ge 1 ] || fail "no attempt with 407 in the store"
@@ -376,7 +390,11 @@ DEDUPD_KAFKA__SASL__PASSWORD=$SASL_PW DEDUPD_KAFKA__SSL__KEY__PASSWORD=$SASL_PW 
   "$DEDUPD" config -c "$CFG" --dump >"$OUT/config-dump-kafka.stdout" 2>&1
 jq -cn --arg u "$O/docs/admin.html" --arg a "Bearer $JOB_AUTH" --arg c "$JOB_COOKIE" \
   '{url: $u, headers: {Authorization: $a, Cookie: $c, "X-Api-Key": $a, "Proxy-Authorization": $a}}' >"$WORK/keyjob.json"
-"$DEDUPD" key -c "$CFG" "$WORK/keyjob.json" >"$OUT/key.stdout" 2>"$OUT/key.stderr" || true
+"$DEDUPD" key -c "$CFG" "$WORK/keyjob.json" >"$OUT/key.stdout" 2>"$OUT/key.stderr" ||
+  fail "dedupd key of a job with credential headers: exit $?: $(head -c 300 "$OUT/key.stderr")"
+# it printed the key with the four credentials in it (as hashes, searched below)
+expect_eq "$(jq -r '.canonical | fromjson | .credentials | keys | join(",")' "$OUT/key.stdout")" \
+  authorization,cookie,proxy-authorization,x-api-key "dedupd key: the credentials its canonical request holds"
 
 # ---- start-up errors of bad configurations that hold a secret in a wrong field
 # CLASS secret: the field holds or names a secret: its value must not be
@@ -390,58 +408,95 @@ BAD_ENV=("DEDUPD_TOPICS__JOBS=$T-bad.jobs" "DEDUPD_TOPICS__RESULTS=$T-bad.result
   "DEDUPD_CONSUMER__GROUP_ID=$T-bad" "DEDUPD_KAFKA__GROUP__INSTANCE__ID=$T-bad"
   "DEDUPD_STORE__PATH=$WORK/bad-store")
 env "${BAD_ENV[@]}" "$DEDUPD" topics -c "$CFG" --partitions 1 >/dev/null 2>&1 || fail "topics for the bad starts"
-BAD_STARTS=() OTHER_FAILS=0
-bad_start() { # NAME CLASS JQ_FILTER [ENV=VALUE...]: dedupd run must refuse (exit 2)
-  local n=$1 dir=$OUT filter=$3 rc=0
+BAD_STARTS=() OTHER_FAILS=0 REASON_FAILS=0
+# err_of FILE: a start-up error's text: the "dedupd: ..." line, else the
+# message of the first error log line
+err_of() {
+  local l
+  if l=$(grep -m1 '^dedupd: ' "$1"); then echo "${l#dedupd: }"; return 0; fi
+  jq -Rr 'fromjson? | select(.level == "error" or .level == "crit") | .message' "$1" | head -n 1
+}
+# reason_check NAME REASON: the refusal is for the reason the case is about
+# (REASON: the error text exactly, @FILE@ for its config file, <n> for a
+# number); a search for the secret in an error about something else, or in
+# no error at all, proves nothing
+reason_check() {
+  local got want=${2//@FILE@/$WORK/bad-$1.json}
+  got=$(err_of "$OUT/badcfg.$1.stderr")
+  like "$got" "$want" && return 0
+  echo "FAIL: bad configuration $1: error '$got', expected '$want'${KNOWN_BUGS[$1]:+ [known bug: ${KNOWN_BUGS[$1]}]}"
+  OTHER_FAILS=$((OTHER_FAILS + 1)) REASON_FAILS=$((REASON_FAILS + 1))
+}
+bad_start() { # NAME CLASS REASON JQ_FILTER [ENV=VALUE...]: dedupd run must refuse (exit 2), for REASON
+  local n=$1 dir=$OUT reason=$3 filter=$4 rc=0
   [ "$2" = secret ] || dir=$WORK/notes
-  shift 3
+  shift 4
   jq --arg s "$PW_OK" --arg t "$TOKEN" "$filter" "$CFG" >"$WORK/bad-$n.json"
   env "${BAD_ENV[@]}" "$@" "$DEDUPD" run -c "$WORK/bad-$n.json" --exit-when-idle 100 \
     >"$dir/badcfg.$n.stdout" 2>"$dir/badcfg.$n.stderr" || rc=$?
   [ "$dir" = "$OUT" ] || return 0
   [ "$rc" = 2 ] || BAD_STARTS+=("$n")
   echo "$rc" >"$WORK/rc.$n"
+  reason_check "$n" "$reason"
 }
-bad_start token_array secret '.api.token = [$t]'
-bad_start token_object secret '.api.token = {value: $t}'
-bad_start sasl_password_number secret '.broker.sasl_password = 5 | .broker.sasl_username = $t'
-bad_start provider_password_field secret '.proxy.providers[1].password = $s'
+bad_start token_array secret '@FILE@: api.token: must be a string' '.api.token = [$t]'
+bad_start token_object secret '@FILE@: api.token.value: unknown option' '.api.token = {value: $t}'
+# (the secret is the SASL username here: the error about the password next
+# to it must not quote the section)
+bad_start sasl_password_number secret '@FILE@: broker.sasl_password: must be a string' \
+  '.broker.sasl_password = 5 | .broker.sasl_username = $t'
+bad_start provider_password_field secret '@FILE@: proxy.providers[1].password: unknown field' \
+  '.proxy.providers[1].password = $s'
 # (wrong-typed secret references: no secret in them, but they must not be
 # ignored, or the provider silently runs without its credentials)
-bad_start provider_password_env_number secret '.proxy.providers[1] |= (del(.password_file) | .password_env = 5)'
-bad_start provider_api_key_file_number secret '.proxy.providers[0].api_key_file = 5'
-bad_start provider_password_in_env_field secret '.proxy.providers[1] |= (del(.password_file) | .password_env = $s)'
-bad_start provider_api_key_in_env_field secret '.proxy.providers[0] |= (del(.api_key_file) | .api_key_env = $s)'
-bad_start kafka_password_array secret '.kafka["sasl.password"] = [$s]'
-bad_start token_env_with_other_error secret '.' DEDUPD_API__TOKEN="$PW_OK" DEDUPD_FETCH__TIMEOUT_MS=abc
-bad_start token_env_not_printable secret '.' DEDUPD_API__TOKEN="$PW_OK two words"
+bad_start provider_password_env_number secret '@FILE@: proxy.providers[1].password_env: must be a string' \
+  '.proxy.providers[1] |= (del(.password_file) | .password_env = 5)'
+bad_start provider_api_key_file_number secret '@FILE@: proxy.providers[0].api_key_file: must be a string' \
+  '.proxy.providers[0].api_key_file = 5'
+bad_start provider_password_in_env_field secret \
+  '@FILE@: proxy.providers[1].password_env: the environment variable it names is not set' \
+  '.proxy.providers[1] |= (del(.password_file) | .password_env = $s)'
+bad_start provider_api_key_in_env_field secret \
+  '@FILE@: proxy.providers[0].api_key_env: the environment variable it names is not set' \
+  '.proxy.providers[0] |= (del(.api_key_file) | .api_key_env = $s)'
+bad_start kafka_password_array secret '@FILE@: kafka.sasl.password: must be a string, integer or boolean' \
+  '.kafka["sasl.password"] = [$s]'
+# (an environment error next to a secret taken from the environment: the
+# token must not be quoted with it)
+bad_start token_env_with_other_error secret \
+  "environment DEDUPD_FETCH__TIMEOUT_MS: fetch.timeout_ms: 'abc' is not an integer" \
+  '.' DEDUPD_API__TOKEN="$PW_OK" DEDUPD_FETCH__TIMEOUT_MS=abc
+bad_start token_env_not_printable secret 'api.token: must be printable ASCII without spaces' \
+  '.' DEDUPD_API__TOKEN="$PW_OK two words"
 # JSON syntax errors in a secret of the file (api.token may live there): the
 # closing quote forgotten, a raw backslash in it
-bad_syntax() { # NAME TOKEN PERL_REPLACEMENT
+bad_syntax() { # NAME TOKEN PERL_REPLACEMENT REASON
   local rc=0
   jq --arg t "$2" '.api.token = $t' "$CFG" | T_=$2 perl -pe "s/\"\\Q\$ENV{T_}\\E\"/$3/" >"$WORK/bad-$1.json"
   ! grep -qF "\"$2\"" "$WORK/bad-$1.json" || fail "bad-$1.json not made"
   env "${BAD_ENV[@]}" "$DEDUPD" run -c "$WORK/bad-$1.json" >"$OUT/badcfg.$1.stdout" 2>"$OUT/badcfg.$1.stderr" || rc=$?
   [ "$rc" = 2 ] || BAD_STARTS+=("$1")
   echo "$rc" >"$WORK/rc.$1"
+  reason_check "$1" "$4"
 }
-bad_syntax syntax_unterminated_token "$TOKEN" '"$ENV{T_}'
-bad_syntax syntax_backslash_in_token "$TOKEN" '"$ENV{T_}\\q"'
-bad_syntax syntax_unterminated_short_token "$SHORT_CFG" '"$ENV{T_}'
-bad_syntax syntax_backslash_in_short_token "$SHORT_CFG" '"$ENV{T_}\\q"'
+bad_syntax syntax_unterminated_token "$TOKEN" '"$ENV{T_}' '@FILE@:<n>:<n>: unexpected newline (byte <n>)'
+bad_syntax syntax_backslash_in_token "$TOKEN" '"$ENV{T_}\\q"' '@FILE@:<n>:<n>: invalid escape (byte <n>)'
+bad_syntax syntax_unterminated_short_token "$SHORT_CFG" '"$ENV{T_}' '@FILE@:<n>:<n>: unexpected newline (byte <n>)'
+bad_syntax syntax_backslash_in_short_token "$SHORT_CFG" '"$ENV{T_}\\q"' '@FILE@:<n>:<n>: invalid escape (byte <n>)'
 # errors name their key in full ("FILE: KEY: why", README), whatever the path
 if ! grep -qF 'proxy.providers[1].password_env' "$OUT/badcfg.provider_password_in_env_field.stderr"; then
   echo "FAIL: a provider error does not name its key in full: $(head -c 250 "$OUT/badcfg.provider_password_in_env_field.stderr")${KNOWN_BUGS[key_named_in_full]:+ [known bug: ${KNOWN_BUGS[key_named_in_full]}]}"
   OTHER_FAILS=$((OTHER_FAILS + 1))
 fi
-bad_start provider_password_in_file_field note '.proxy.providers[1].password_file = $s'
-bad_start int_option_env note '.' DEDUPD_FETCH__TIMEOUT_MS="$PW_OK"
-bad_start bool_option_env note '.' DEDUPD_STORE__SYNC="$PW_OK"
-bad_start kafka_enum_value note '.' DEDUPD_KAFKA__SASL__MECHANISM="$PW_OK"
+bad_start provider_password_in_file_field note - '.proxy.providers[1].password_file = $s'
+bad_start int_option_env note - '.' DEDUPD_FETCH__TIMEOUT_MS="$PW_OK"
+bad_start bool_option_env note - '.' DEDUPD_STORE__SYNC="$PW_OK"
+bad_start kafka_enum_value note - '.' DEDUPD_KAFKA__SASL__MECHANISM="$PW_OK"
 for b in "${BAD_STARTS[@]}"; do
   echo "FAIL: bad configuration $b: exit $(cat "$WORK/rc.$b" 2>/dev/null), expected 2: $(head -c 250 "$OUT/badcfg.$b.stderr" 2>/dev/null)${KNOWN_BUGS[$b]:+ [known bug: ${KNOWN_BUGS[$b]}]}"
 done
 [ "${#BAD_STARTS[@]}" != 0 ] || ok "bad configurations refused with exit 2"
+[ "$REASON_FAILS" != 0 ] || ok "each bad configuration refused for its own reason"
 
 # ---- core files (a crash): searched like the rest, and a failure anyway
 cores=$(find "$WORK/cwd" "$ROOT" "$PWD" -maxdepth 1 -name 'core*' -newer "$SEC/env" -type f 2>/dev/null || true)

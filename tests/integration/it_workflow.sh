@@ -3,8 +3,8 @@
 #   A. nginx: 3-step workflows over /docs/ pages: in nginx's log each
 #      workflow's steps arrive in order, all from one exit (client address)
 #   B. cookies (tests/fixtures/wf_origin.c, which logs the Cookie header
-#      it receives): a cookie set by step 1 reaches steps 2 and 3, and never
-#      another op
+#      it receives): a cookie set by step 1 reaches steps 2 and 3, and no
+#      request of any of the 8 workflows carries another op's cookie
 #   C. a safe workflow whose step 2 keeps answering 503 on its session:
 #      one same-session retry (fetch.workflow_step_retries), then a restart
 #      from step 1 on the other exit with a fresh cookie jar
@@ -12,8 +12,11 @@
 #   E. an unsafe workflow (POST step, not replayable) meeting a 503 mid-way
 #      fails with server_error; its POST is never sent twice
 #   F. the same with "replayable": true restarts on the other exit
-#   G. an unsafe workflow meeting a 429 (Retry-After: 1) mid-way waits it out
+#   G. an unsafe workflow meeting a 429 (Retry-After: 2) mid-way waits it out
 #      on the same exit and goes on; its POST is sent once
+# (D and G are timed against fetch.cooldown_default_ms = 1 s: D restarts
+# within it, not after its Retry-After of 3 s; G waits 2 s, more than the
+# default, so waiting the default instead of Retry-After fails)
 # and the results carry one record per step.
 source "$(dirname "$0")/lib.sh"
 WF_ORIGIN=${WF_ORIGIN_BIN:-$(dirname "$DEDUPD")/tests/fixtures/wf_origin}
@@ -57,7 +60,7 @@ export DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=1000
 k="D-$T"; jq -nc --arg o "$O" --arg k "$k" \
   '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k)}, {url: ($o + "/flaky?n=1&code=429&ra=3&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.D"
 k="G-$T"; jq -nc --arg o "$O" --arg k "$k" \
-  '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k), method: "POST", body: "user=a"}, {url: ($o + "/flaky?n=1&code=429&ra=1&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.G"
+  '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k), method: "POST", body: "user=a"}, {url: ($o + "/flaky?n=1&code=429&ra=2&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.G"
 mark=$(log_mark)
 total_invalid=0 total_results=0
 for b in A B D G; do
@@ -111,8 +114,18 @@ for w in 0 1 2; do
     "$k: step 1 sent no cookie, steps 2 and 3 the cookie step 1 got"
   expect_eq "$(jq -r .outcome <<<"$r")" fetched "$k: outcome"
 done
-other=$(grep -F "k=B0-$T" "$ORIGIN_LOG" | grep -cE "sid=B[12]-" || true)
-expect_eq "$other" 0 "no op received another op's cookie"
+# No op ever received another op's cookie: every request of every workflow
+# (B0-B2, C, E and F ran together, D and G alone), its whole Cookie header.
+# "KEY COOKIE" per request; each workflow's later steps carried its own
+# cookie (else its isolation was not tested).
+awk '{k = $5; sub(/.*[?&]k=/, "", k); sub(/&.*/, "", k)
+      c = $0; sub(/.* cookie=/, "", c); sub(/ t0=[0-9]+$/, "", c); print k "\t" c}' "$ORIGIN_LOG" > "$WORK/cookies"
+for k in B0 B1 B2 C D E F G; do
+  own=$(awk -F'\t' -v k="$k-$T" '$1 == k && $2 ~ ("^sid=" k "-[0-9]+$")' "$WORK/cookies" | wc -l)
+  [ "$own" -ge 1 ] || nothing_tested "$k: no request carried its own cookie"
+done
+expect_eq "$(awk -F'\t' '$2 != "-" && $2 !~ ("^sid=" $1 "-[0-9]+$")' "$WORK/cookies")" "" \
+  "requests of the 8 workflows whose Cookie header is not their own op's cookie"
 
 # ---- C: 503 mid-way: one retry on the same exit, then restart on the other
 olog C > "$WORK/C"
@@ -135,6 +148,10 @@ expect_eq "$(awk '{print $4, $5}' "$WORK/D" | tr '\n' ' ')" \
   "/login 200 /flaky 429 /login 200 /flaky 200 /account 200 " "D: origin saw login, 429, restart"
 [ "$(sed -n 2p "$WORK/D" | cut -d' ' -f1)" != "$(sed -n 3p "$WORK/D" | cut -d' ' -f1)" ] || fail "D: restart on the same exit"
 ok "D: restart on the other exit"
+# at once: not after the 429's Retry-After (3 s), nor the default cooldown (1 s)
+gap=$(( $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 3p | cut -d' ' -f1) - $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 2p | cut -d' ' -f1) ))
+[ "$gap" -lt 900 ] || fail "D: restarted $gap ms after the 429, not at once (Retry-After 3 s, default cooldown 1 s)"
+ok "D: restarted ${gap} ms after the 429"
 expect_eq "$(jq -c '[.outcome, .restarts]' <<<"$(res D)")" '["fetched",1]' "D: result"
 
 # ---- E: unsafe, not replayable: fails, the POST is never repeated
@@ -159,6 +176,7 @@ expect_eq "$(awk '{print $3, $4, $5}' "$WORK/G" | tr '\n' ' ')" \
   "POST /login 200 GET /flaky 429 GET /flaky 200 GET /account 200 " "G: origin saw one POST, the 429, the same step again"
 expect_eq "$(awk '{print $1}' "$WORK/G" | sort -u | wc -l)" 1 "G: every request from one exit"
 gap=$(( $(sed -n 3p "$WORK/G.raw" | cut -d' ' -f1) - $(sed -n 2p "$WORK/G.raw" | cut -d' ' -f1) ))
-[ "$gap" -ge 900 ] || fail "G: step retried after $gap ms, before Retry-After (1 s)"
-ok "G: step retried ${gap} ms after the 429 (Retry-After: 1)"
+[ "$gap" -ge 1900 ] || fail "G: step retried after $gap ms, before Retry-After (2 s; the default cooldown is 1 s)"
+[ "$gap" -lt 5000 ] || fail "G: step retried after $gap ms, long after Retry-After (2 s)"
+ok "G: step retried ${gap} ms after the 429 (Retry-After: 2, default cooldown 1 s)"
 expect_eq "$(jq -c '[.outcome, .restarts, [.steps[].status]]' <<<"$(res G)")" '["fetched",0,[200,200,200]]' "G: result"

@@ -20,19 +20,46 @@ export DEDUPD_STORE__PATH=$WORK/store DEDUPD_TAIL__STORE_PATH=$WORK/tail
 export DEDUPD_LOG__LEVEL=info
 "$DEDUPD" topics -c "$CFG" --partitions 4 >/dev/null
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
+# fail WHY: the test fails.  Called inside $( ) or a pipeline, it ends the
+# test's own shell too (else a failing helper would only end its subshell and
+# the test would go on with its empty output, e.g. "0 messages").
+fail() {
+  echo "FAIL: $*" >&2
+  [ "$BASHPID" = "$$" ] || kill -TERM "$$" 2>/dev/null
+  exit 1
+}
+# nothing_tested WHAT: the situation the test is about did not occur (no 429
+# seen, no op in flight at a kill...): a pass would prove nothing.
+nothing_tested() { fail "$*: nothing was tested"; }
 ok() { echo "ok: $*"; }
 expect_eq() { # expect_eq ACTUAL EXPECTED WHAT
   [ "$1" = "$2" ] || fail "$3: got '$1', expected '$2'"
   ok "$3 = $2"
 }
 
+# like ACTUAL EXPECTED: ACTUAL is EXPECTED exactly, but for <n> in EXPECTED,
+# which stands for a number (a position or size that depends on the test's
+# tag or files), and a trailing "..." (a library's own wording follows).
+like() {
+  local pat=$2 rest=""
+  [[ $pat != *... ]] || { pat=${pat%...}; rest="*"; }
+  pat=$(sed 's/[][\\*?+@!()|]/\\&/g' <<<"$pat")
+  pat=${pat//<n>/+([0-9])}
+  # shellcheck disable=SC2053
+  [[ $1 == $pat$rest ]]
+}
+shopt -s extglob
+
 # pages N: N page URLs of the origin, tagged with this test's id.
 pages() { awk -v n="$1" -v t="$T" '/\.html$/ && k++ < n {print $0 "?t=" t}' "$ORIGIN_PAGES"; }
 
 log_mark() { wc -l < "$ORIGIN_ACCESS_LOG"; }
 # log_since MARK: access log lines of this test written after MARK.
-log_since() { tail -n +"$(( $1 + 1 ))" "$ORIGIN_ACCESS_LOG" | grep -F "t=$T" || true; }
+# (no line is an answer; an unreadable log is a failure, not "no request")
+log_since() {
+  { tail -n +"$(( $1 + 1 ))" "$ORIGIN_ACCESS_LOG" || fail "cannot read $ORIGIN_ACCESS_LOG"; } |
+    { grep -F "t=$T" || [ $? = 1 ] || fail "grep of $ORIGIN_ACCESS_LOG failed"; }
+}
 
 submit() { "$DEDUPD" submit -c "$CFG" "$@" 2>>"$WORK/submit.log"; }
 run_until_idle() { # prints the stats JSON
@@ -42,12 +69,63 @@ run_until_idle() { # prints the stats JSON
 tail_results() {
   "$DEDUPD" tail -c "$CFG" --exit-when-idle 2000 2>>"$WORK/tail.log"
 }
-# topic_dump TOPIC: every message as one JSON line {key, value, headers}.
+# topic_dump TOPIC: every message as one JSON line {key, payload, headers...}.
+# A topic kcat cannot read fails the test (not "0 messages").  The dump is
+# read whole first, so a reader that stops early (| head -1) is no failure.
 topic_dump() {
-  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J 2>/dev/null
+  local out err
+  out=$(mktemp "$WORK/kcat.out.XXXX") err=$(mktemp "$WORK/kcat.err.XXXX")
+  kcat -b "$KAFKA_BOOTSTRAP" -C -t "$1" -o beginning -e -q -J >"$out" 2>"$err" ||
+    fail "kcat could not read topic $1: $(tail -n 3 "$err")"
+  cat "$out" 2>/dev/null || true
+  rm -f "$out" "$err"
 }
 # Each run binds free ports (tests may overlap with a demo or another run).
 export DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN=127.0.0.1:0
+
+# admin_port LOG [FROM]: the admin listener port that a dedupd run writing its
+# log to LOG announced (in LOG's lines from line FROM on: LOG may hold earlier
+# runs; waits for the line up to 15 s).
+admin_port() {
+  local port
+  for _ in $(seq 150); do
+    port=$(awk -v from="${2:-1}" 'NR >= from && match($0, /admin listener on port [0-9]+/) {
+      s = substr($0, RSTART, RLENGTH); sub(/.* /, "", s); print s; exit}' "$1" 2>/dev/null || true)
+    [ -z "$port" ] || { echo "$port"; return 0; }
+    sleep 0.1
+  done
+  fail "no admin listener line in $1"
+}
+# watch_metrics PID LOG [FROM]: reads the /metrics of the dedupd run PID (its
+# log: LOG from line FROM) every 0.2 s until it exits, and leaves the last good
+# scrape in $WORK/metrics.last: a run with --exit-when-idle is idle before it
+# exits, so that scrape holds its final counts.  Then `wait PID` for its status.
+# A run still there after WATCH_LIMIT_S (300) seconds is killed: a failure.
+watch_metrics() {
+  local port end=$(( $(date +%s) + ${WATCH_LIMIT_S:-300} ))
+  rm -f "$WORK/metrics.last"
+  port=$(admin_port "$2" "${3:-1}")
+  while kill -0 "$1" 2>/dev/null; do
+    if [ "$(date +%s)" -ge "$end" ]; then
+      kill -9 "$1" 2>/dev/null
+      fail "the run did not end by itself within ${WATCH_LIMIT_S:-300} s"
+    fi
+    curl -s --max-time 1 "http://127.0.0.1:$port/metrics" > "$WORK/metrics.tmp" && [ -s "$WORK/metrics.tmp" ] &&
+      mv "$WORK/metrics.tmp" "$WORK/metrics.last"
+    sleep 0.2
+  done
+  [ -s "$WORK/metrics.last" ] || fail "no /metrics read from the run (admin port $port)"
+}
+# scrape PORT: the /metrics text of the dedupd whose admin listener is PORT.
+scrape() {
+  curl -fsS --max-time 5 "http://127.0.0.1:$1/metrics" || fail "GET /metrics on port $1 failed"
+}
+# metric SERIES [FILE]: the value of one series of a /metrics text (name and
+# labels exactly as printed, e.g. 'dedupd_results_total{outcome="fetched"}'),
+# "absent" when it is not there.
+metric() {
+  awk -v s="$1" '$1 == s {v = $2} END {print (v == "" ? "absent" : v)}' "${2:--}"
+}
 
 # free_port ADDR: a TCP port nothing listens on at ADDR now (for helpers that
 # cannot bind port 0 and report it; the usual small race applies).
