@@ -13,18 +13,9 @@ source "$(dirname "$0")/lib.sh"
 pid=""
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$WORK"' EXIT
 
-admin_port() { # admin_port LOG: the admin listener's port, once run logged it
-  local line
-  for _ in $(seq 1 100); do
-    line=$(grep -m1 'admin listener on port' "$1" || true)
-    [ -n "$line" ] && { sed -E 's/.*admin listener on port ([0-9]+).*/\1/' <<<"$line"; return 0; }
-    sleep 0.1
-  done
-  fail "no admin listener line in $1"
-}
-metric() { # metric PORT NAME_WITH_LABELS: its value, or "" when absent
-  curl -s "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2}'
-}
+# live_metric PORT SERIES: one series of a run that may be leaving (no
+# failure when the run is already gone: the caller checks that itself).
+live_metric() { curl -s --max-time 1 "http://127.0.0.1:$1/metrics" | metric "$2"; }
 
 page=$(pages 1 | sed 's/?.*//')
 slow=${page/\/docs\//\/slow\/}   # the same page at 16 KiB/s: the fetch lasts ~1 s
@@ -43,7 +34,7 @@ pid=$!
 port=$(admin_port "$WORK/run1.log")
 held=""
 for _ in $(seq 1 100); do
-  held=$(metric "$port" 'dedupd_jobs_total{outcome="duplicate_inflight"}' 2>/dev/null || true)
+  held=$(live_metric "$port" 'dedupd_jobs_total{outcome="duplicate_inflight"}')
   [ "${held:-0}" = 1 ] && break
   kill -0 "$pid" 2>/dev/null || break
   sleep 0.05
@@ -65,7 +56,7 @@ pid=$!
 port=$(admin_port "$WORK/run2.log")
 replayed=""
 for _ in $(seq 1 100); do
-  replayed=$(metric "$port" dedupd_outbox_replayed_total 2>/dev/null || true)
+  replayed=$(live_metric "$port" dedupd_outbox_replayed_total)
   [ "${replayed:-0}" = 1 ] && break
   sleep 0.05
 done

@@ -12,17 +12,6 @@ pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; stop_fixtures; rm -rf "$WORK"' EXIT
 
 code() { curl -s -o "$WORK/body" -w '%{http_code}' "http://127.0.0.1:$1$2"; }
-# admin_port LOG: the admin listener's port, once run logged it.
-admin_port() {
-  local line
-  for _ in $(seq 1 100); do
-    line=$(grep -m1 'admin listener on port' "$1" || true)
-    [ -n "$line" ] && { sed -E 's/.*admin listener on port ([0-9]+).*/\1/' <<<"$line"; return 0; }
-    sleep 0.1
-  done
-  fail "no admin listener line in $1"
-}
-
 # ---- 1. before any assignment -----------------------------------------------
 DEDUPD_TOPICS__JOBS=$T.absent "$DEDUPD" run -c "$CFG" 2>"$WORK/absent.log" &
 pids+=($!)
