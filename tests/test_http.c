@@ -821,11 +821,10 @@ START_TEST(test_http_ipv6_loopback)
     char errstr[DD_ERRSTR_SIZE] = "";
     struct http *h = NULL;
     dd_err_t err = try_new("[::1]:0", NULL, NULL, 10, errstr, &h);
-    if (err == DD_ERR_IO) { /* no IPv6 on this host */
-        fprintf(stderr, "note: IPv6 loopback unavailable: %s\n", errstr);
-        return;
-    }
-    ck_assert_msg(err == DD_OK, "%s", errstr);
+    /* No skip: the machines dedupd is tested on have ::1; a host without it
+     * fails here rather than passing with nothing tested. */
+    ck_assert_msg(err == DD_OK, "[::1]:0: %s (IPv6 loopback unavailable: "
+                  "nothing was tested)", errstr);
     char url[64];
     snprintf(url, sizeof url, "http://[::1]:%u/healthz",
              (unsigned)http_admin_port(h));

@@ -150,4 +150,6 @@ expect_eq "$(count_topic "$T.jobs")" "$jobs_before" "jobs topic after --dry-run 
 "$DEDUPD" redrive -c "$CFG" --all > "$WORK/all.out" 2> "$WORK/all.err" || fail "redrive --all exit $?"
 expect_eq "$(grep -c '"redriven":true' "$WORK/all.out")" 2 "redrive --all sends both records (the dry runs consumed nothing)"
 expect_eq "$(count_topic "$T.jobs")" "$((jobs_before + 2))" "jobs topic after --all"
-expect_eq "$(topic_dump "$T.jobs" | tail -n 2 | jq -r .payload | grep -c '^still not json$')" 1 "the still-invalid record was sent as it was"
+# (topic_dump reads partition by partition: count, do not rely on order)
+expect_eq "$(topic_dump "$T.jobs" | jq -r .payload | grep -c '^still not json$')" 2 \
+  "the still-invalid record was sent as it was (the original and the redriven copy)"
