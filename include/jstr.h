@@ -51,4 +51,18 @@ size_t jstr_utf8_seq(const void *p, size_t n);
  */
 int jstr_utf8_valid(const void *p, size_t n);
 
+/**
+ * @brief Make the error text \p s one line of UTF-8, in place: each C0
+ *        control character, DEL, and byte that starts no well-formed UTF-8
+ *        sequence (jstr_utf8_seq() 0: a stray byte, a character cut by a
+ *        precision such as "%.64s" or by the buffer's end) becomes '?'.
+ *        Nothing else changes, and the length stays the same.
+ * @param s     A NUL-terminated text within \p size bytes (an errstr);
+ *              left alone when no NUL is within \p size (an errstr that was
+ *              never written) or when \p s is NULL.
+ * @param size  Bytes of \p s that may be read.
+ * @locality any thread; pure.
+ */
+void jstr_text_clean(char *s, size_t size);
+
 #endif

@@ -8,7 +8,8 @@
  * Pure: no RocksDB, no clock, no allocation, no lock; every function is safe
  * from any thread (@locality any thread, for all of them).  Decoders bound
  * every read by the value's length and refuse anything unexpected with
- * DD_ERR_FATAL and a text naming the column family and the key; encoders
+ * DD_ERR_FATAL and a text naming the column family and the key (its first
+ * 64 bytes; the text is one line of UTF-8, jstr_text_clean()); encoders
  * write a whole record or nothing of use (they return 0 when the buffer is
  * too small or a string is not NUL-terminated within its array).
  *

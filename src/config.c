@@ -895,27 +895,6 @@ static dd_err_t check_rules(const struct cfg *cfg, const char *src,
     return err;
 }
 
-/* The message is the one line dedupd prints before it exits, and it quotes
- * keys and values of the file and the environment: a control character
- * there, or a byte that starts no well-formed UTF-8 sequence (an
- * environment value, or a character cut by the buffer), becomes '?' (found
- * by fuzz_config). */
-static void msg_clean(char *s, size_t size)
-{
-    size_t n = strnlen(s, size);
-    if (n == size)
-        return; /* not written (errstr is set only on failure, not always) */
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t k = jstr_utf8_seq(s + i, n - i);
-        if (k == 0 || (k == 1 && (c < 0x20 || c == 0x7f))) {
-            s[i] = '?';
-            k = 1;
-        }
-        i += k;
-    }
-}
-
 dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
                   char *errstr, size_t errstr_size)
 {
@@ -940,8 +919,12 @@ dd_err_t cfg_load(const char *path, char *const *envp, struct cfg **out,
     err = check_rules(cfg, path ? path : "config", errstr, errstr_size);
 out:
     if (err) {
-        if (errstr && errstr_size)
-            msg_clean(errstr, errstr_size);
+        /* The message is the one line dedupd prints before it exits, and
+         * it quotes keys and values of the file and the environment: a
+         * control character there, or a byte that starts no well-formed
+         * UTF-8 sequence (an environment value, or a character cut by the
+         * buffer), becomes '?' (found by fuzz_config). */
+        jstr_text_clean(errstr, errstr_size);
         cfg_destroy(cfg);
         return err;
     }

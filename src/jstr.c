@@ -145,6 +145,24 @@ int jstr_utf8_valid(const void *p, size_t n)
     return quoted_size(p, n) != 0;
 }
 
+void jstr_text_clean(char *s, size_t size)
+{
+    if (!s)
+        return;
+    size_t n = strnlen(s, size);
+    if (n == size)
+        return;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t k = jstr_utf8_seq(s + i, n - i);
+        if (k == 0 || (k == 1 && (c < 0x20 || c == 0x7f))) {
+            s[i] = '?';
+            k = 1;
+        }
+        i += k;
+    }
+}
+
 dd_err_t jstr_quote(const void *data, size_t n, char **out, size_t *out_len)
 {
     const unsigned char *p = data;

@@ -5,8 +5,11 @@
  */
 #include "store_codec.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "jstr.h"
 
 /* the column family of each record kind, as decoders name it */
 static const char *const kind_cf[] = {
@@ -19,6 +22,28 @@ static const char *const kind_cf[] = {
     [STORE_CODEC_VALIDATOR] = "validators",
     [STORE_CODEC_BODY] = "bodies",
 };
+
+/* Set a decoder's error text.  It quotes a key (an op_id or resource key
+ * cut at 64 bytes, an Idempotency-Key) and goes to log lines and the API's
+ * error bodies: made one line of UTF-8 by jstr_text_clean() (a character cut
+ * by the precision or the buffer, a control character or a byte that is not
+ * UTF-8 shows as '?'; found by fuzz_record once its op_ids carried its
+ * bytes).  @locality any thread. */
+static void errstr_set_clean(char *errstr, size_t errstr_size,
+                             const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void errstr_set_clean(char *errstr, size_t errstr_size,
+                             const char *fmt, ...)
+{
+    if (!errstr || errstr_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errstr, errstr_size, fmt, ap);
+    va_end(ap);
+    jstr_text_clean(errstr, errstr_size);
+}
 
 /* ---------------------------------------------------------------------- */
 /* encoding                                                                */
@@ -220,18 +245,18 @@ static dd_err_t dec_header(struct dec *d, enum store_codec_kind kind,
     const char *cf = kind_cf[kind];
     const unsigned char *h = dec_bytes(d, STORE_CODEC_HDR_LEN);
     if (!h) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: %s record '%.*s' is corrupt: %zu bytes, "
-                      "shorter than its header",
-                      cf, (int)(key_len > 64 ? 64 : key_len), key, d->len);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: %s record '%.*s' is corrupt: %zu bytes, "
+                         "shorter than its header",
+                         cf, (int)(key_len > 64 ? 64 : key_len), key, d->len);
         return DD_ERR_FATAL;
     }
     if (h[0] != STORE_LAYOUT_V1 || h[1] != kind) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: %s record '%.*s' has layout version %u type %u, "
-                      "expected version %d type %d",
-                      cf, (int)(key_len > 64 ? 64 : key_len), key, h[0], h[1],
-                      STORE_LAYOUT_V1, (int)kind);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: %s record '%.*s' has layout version %u "
+                         "type %u, expected version %d type %d",
+                         cf, (int)(key_len > 64 ? 64 : key_len), key, h[0],
+                         h[1], STORE_LAYOUT_V1, (int)kind);
         return DD_ERR_FATAL;
     }
     *expires_at = (int64_t)store_codec_le64_get(h + 8);
@@ -330,10 +355,11 @@ dd_err_t store_codec_op_decode(const void *val, size_t len, const char *op_id,
     if (d.bad || d.off != d.len || op->not_before_ms < 0
         || state < STORE_OP_RUNNING
         || state > STORE_OP_FAILED || ostate > STORE_OUTBOX_SENT) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: ops record '%.*s' is corrupt (%zu bytes, "
-                      "state %u, outbox state %u)",
-                      (int)(klen > 64 ? 64 : klen), op_id, len, state, ostate);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: ops record '%.*s' is corrupt (%zu bytes, "
+                         "state %u, outbox state %u)",
+                         (int)(klen > 64 ? 64 : klen), op_id, len, state,
+                         ostate);
         return DD_ERR_FATAL;
     }
     op->state = (enum store_op_state)state;
@@ -412,10 +438,10 @@ dd_err_t store_codec_attempt_decode(const void *val, size_t len,
     dec_str(&d, a->category, STORE_CATEGORY_MAX);
     dec_str(&d, a->error, STORE_ERROR_MAX);
     if (d.bad || d.off != d.len || a->number != number) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: attempts record '%.64s' is corrupt (%zu bytes, "
-                      "number %u)",
-                      name, len, a->number);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: attempts record '%.64s' is corrupt (%zu "
+                         "bytes, number %u)",
+                         name, len, a->number);
         return DD_ERR_FATAL;
     }
     return DD_OK;
@@ -471,9 +497,9 @@ dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
     ent->value_len = dec_u32(&d);
     ent->value = dec_bytes(&d, ent->value_len);
     if (d.bad || d.off != d.len || ent->op_id_len == 0) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: outbox entry %s is corrupt (%zu bytes)", kbuf,
-                      len);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: outbox entry %s is corrupt (%zu bytes)", kbuf,
+                         len);
         return DD_ERR_FATAL;
     }
     return DD_OK;
@@ -540,8 +566,8 @@ dd_err_t store_codec_receipt_decode(const void *val, size_t len,
     r->receipt_len = 0;
     r->receipt = dec_str_ref(&d, STORE_CODEC_RECEIPT_MAX, &r->receipt_len);
     if (d.bad || (st != STORE_RECEIPT_PENDING && st != STORE_RECEIPT_DONE)) {
-        dd_errstr_set(errstr, errstr_size,
-                      "receipts: corrupt record at %.64s", key);
+        errstr_set_clean(errstr, errstr_size,
+                         "receipts: corrupt record at %.64s", key);
         return DD_ERR_FATAL;
     }
     r->state = (enum store_receipt_state)st;
@@ -591,9 +617,10 @@ dd_err_t store_codec_validator_decode(const void *val, size_t len,
     dec_str(&d, v->content_type, STORE_CONTENT_TYPE_MAX);
     dec_str(&d, v->final_url, STORE_URL_MAX);
     if (d.bad || d.off != d.len || !store_codec_hex64_ok(v->body_sha256)) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: validators record '%.*s' is corrupt (%zu bytes)",
-                      (int)(key_len > 64 ? 64 : key_len), key, len);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: validators record '%.*s' is corrupt (%zu "
+                         "bytes)",
+                         (int)(key_len > 64 ? 64 : key_len), key, len);
         return DD_ERR_FATAL;
     }
     return DD_OK;
@@ -620,10 +647,10 @@ dd_err_t store_codec_body_decode(const void *val, size_t len,
         return err;
     uint64_t n = dec_u64(&d);
     if (d.bad || n != d.len - d.off) {
-        dd_errstr_set(errstr, errstr_size,
-                      "store: bodies record '%.64s' is corrupt (%zu bytes, "
-                      "body_len %llu)",
-                      digest, len, (unsigned long long)n);
+        errstr_set_clean(errstr, errstr_size,
+                         "store: bodies record '%.64s' is corrupt (%zu bytes, "
+                         "body_len %llu)",
+                         digest, len, (unsigned long long)n);
         return DD_ERR_FATAL;
     }
     *body = d.p + d.off;

@@ -118,7 +118,9 @@ START_TEST(test_store_codec_header_checks_version_type_and_length)
                                                "op\nh", 4, &exp, g_err,
                                                sizeof(g_err)),
                      DD_ERR_FATAL);
-    ck_assert_str_eq(g_err, "store: conflicts record 'op\nh' has layout "
+    /* the key's "\n" (op_id "\n" request_hash) shows as '?': the reason
+     * is one line (test_store_codec_reason_is_one_line_of_utf8) */
+    ck_assert_str_eq(g_err, "store: conflicts record 'op?h' has layout "
                             "version 1 type 4, expected version 1 type 3");
     h[0] = 2; /* a newer layout */
     ck_assert_int_eq(store_codec_header_decode(h, 16, STORE_CODEC_SEEN, "key",
@@ -318,6 +320,48 @@ START_TEST(test_store_codec_op_checks_layout_version_and_type)
     memset(v + 2, 0x5a, 6);
     ck_assert_int_eq(op_decode_n(v, n, &back), DD_OK);
     assert_op_eq(&op, &back);
+}
+END_TEST
+
+/* The reason quotes the op_id cut at 64 bytes and goes to log lines and
+ * error bodies: one line of UTF-8 (found by fuzz_record, regressions
+ * record/op_id_*): the half of a character the cut leaves, a control
+ * character and a byte that is not UTF-8 show as '?', the rest as it was. */
+START_TEST(test_store_codec_reason_is_one_line_of_utf8)
+{
+    unsigned char v[8] = {0};
+    struct store_op back;
+    char id[80];
+    memcpy(id, "api:", 4);
+    memset(id + 4, 'x', 59);
+    memcpy(id + 63, "\xc3\xa9-1", 5); /* the e-acute at bytes 63..64 */
+    ck_assert_int_eq(store_codec_op_decode(v, sizeof(v), id, &back, g_err,
+                                           sizeof(g_err)),
+                     DD_ERR_FATAL);
+    char want[DD_ERRSTR_SIZE];
+    snprintf(want, sizeof(want), "store: ops record '%.63s?' is corrupt: 8 "
+             "bytes, shorter than its header", id);
+    ck_assert_str_eq(g_err, want);
+    ck_assert_int_eq(store_codec_op_decode(v, sizeof(v), "a\x1b[2Jb\xff\xc3\xa9",
+                                           &back, g_err, sizeof(g_err)),
+                     DD_ERR_FATAL);
+    ck_assert_str_eq(g_err, "store: ops record 'a?[2Jb?\xc3\xa9' is corrupt: 8 "
+                            "bytes, shorter than its header");
+    /* attempts quote op_id#number cut at 64 bytes */
+    struct store_attempt a;
+    int64_t exp;
+    ck_assert_int_eq(store_codec_attempt_decode(v, sizeof(v), id, 2, &a, &exp,
+                                                g_err, sizeof(g_err)),
+                     DD_ERR_FATAL);
+    snprintf(want, sizeof(want), "store: attempts record '%.63s?' is corrupt: "
+             "8 bytes, shorter than its header", id);
+    ck_assert_str_eq(g_err, want);
+    /* a buffer that cuts the text inside a character */
+    char small[25]; /* 19 + 3 + 2 bytes and the NUL */
+    ck_assert_int_eq(store_codec_op_decode(v, sizeof(v), "\xe6\xb3\xa8\xe6\x96\x87",
+                                           &back, small, sizeof(small)),
+                     DD_ERR_FATAL);
+    ck_assert_str_eq(small, "store: ops record '\xe6\xb3\xa8??");
 }
 END_TEST
 
@@ -728,6 +772,7 @@ Suite *store_codec_suite(void)
     tcase_add_test(tc, test_store_codec_op_refuses_states_out_of_range);
     tcase_add_test(tc, test_store_codec_op_checks_layout_version_and_type);
     tcase_add_test(tc, test_store_codec_op_refuses_an_overlong_string);
+    tcase_add_test(tc, test_store_codec_reason_is_one_line_of_utf8);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("attempts");

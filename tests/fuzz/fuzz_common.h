@@ -152,7 +152,8 @@ static inline char *fuzz_curl_host(const char *url)
  * known, reported and not yet fixed bug class, so that a long run can look
  * past it; run.sh never sets it for the regressions.  No class is open at the
  * moment (the "host" and "reason-utf8" classes of issue 7 and "config-msg"
- * of issue 17 are fixed: see tests/fuzz/README.md); a new one gets a
+ * and "store-reason" of issue 17 are fixed: see tests/fuzz/README.md); a
+ * new one gets a
  * predicate here that returns false unless fuzz_skip_known().
  */
 static inline bool fuzz_skip_known(void)

@@ -4,15 +4,28 @@
  * called directly.
  *
  * Input: MODE (1 byte, taken modulo 6), then
- *  - modes 0, 1, 2 (garbage): IDSEL (1 byte: op_id of 1, 64, 65 or 512
- *    bytes), NUMBER (4 bytes, big-endian: the attempt number of the key),
- *    SEQ (8 bytes, big-endian: the outbox key), then the value bytes, decoded
- *    as an op (0), attempt (1) or outbox (2) record;
+ *  - modes 0, 1, 2 (garbage): OP_ID (the key's op_id: 2 bytes, big-endian,
+ *    its length 1 + n % STORE_KEY_MAX, then that many bytes of the input, a
+ *    0 byte read as 1: the decoders take a C string; cut short where the
+ *    input ends, "o" when no byte is left), NUMBER (4 bytes, big-endian: the attempt
+ *    number of the key), SEQ (8 bytes, big-endian: the outbox key), then the
+ *    value bytes, decoded as an op (0), attempt (1) or outbox (2) record;
  *  - modes 3, 4, 5 (round trip): bytes from which an op (3), attempt (4) or
- *    outbox entry (5) is built, encoded and decoded again.
+ *    outbox entry (5) is built, encoded and decoded again: the record's
+ *    fields (an outbox entry's SEQ of its own after its generation), CUT
+ *    (2 bytes: where the truncation check cuts), EXTRA (1 byte: what the
+ *    appended-byte check appends), the record's strings, then (op, attempt)
+ *    the key's OP_ID as above (see roundtrip_*()).
  *
  * Properties, abort() on violation:
- *  - garbage: a refusal is DD_ERR_FATAL with a reason; an accepted value
+ *  - every refusal is DD_ERR_FATAL with a reason by fuzz_check_text()
+ *    (non-empty, UTF-8, no control character: the reason quotes the key, cut
+ *    at 64 bytes, and goes to log lines), and the reason names its record:
+ *    an op or attempt reason holds the op_id (when the op_id is UTF-8
+ *    without control characters, as job.c makes them) up to its last
+ *    character boundary within 64 bytes; an outbox reason holds the entry's
+ *    seq in decimal (not inside a longer number);
+ *  - garbage: an accepted value
  *    decodes into an in-range state: op state RUNNING..FAILED, outbox state
  *    NONE..SENT, every string NUL-terminated within its array (the hashes at
  *    most 64 bytes), expires_at the header's, the attempt number the key's,
@@ -28,7 +41,8 @@
  *    the same bytes as the independent mirrors of their layout here
  *    (ref_attempt()/ref_outbox()), an attempt under another number and an
  *    outbox entry without op_id are refused; any truncation of an encoded
- *    value and any byte appended to it is refused.
+ *    value and any byte (of the input's choosing) appended to it is
+ *    refused.
  */
 #include <stdint.h>
 
@@ -167,11 +181,69 @@ static bool terminated(const char *s, size_t size)
     return memchr(s, '\0', size) != NULL;
 }
 
-static void check_refusal(const char *what, dd_err_t err, const char *e)
+/* The key a refusal must name: an op_id, or an outbox seq in decimal. */
+struct rkey {
+    const char *op_id; /* NULL: an outbox entry */
+    uint64_t seq;
+};
+
+/* The part of \p op_id a reason quoting it cut at \p max bytes shows as
+ * is: up to its last character boundary within max bytes (a UTF-8
+ * continuation byte is 10xxxxxx), into \p out; false (nothing to look for)
+ * when op_id is not UTF-8 or has a control character (the reason shows such
+ * bytes otherwise).  Independent of the product's cleaning. */
+static bool shown_prefix(const char *op_id, size_t max, char *out)
+{
+    size_t n = strlen(op_id);
+    if (!jstr_utf8_valid(op_id, n) || !fuzz_no_ctl(op_id))
+        return false;
+    if (n > max) {
+        n = max;
+        while (n > 0 && ((unsigned char)op_id[n] & 0xc0) == 0x80)
+            n--;
+    }
+    memcpy(out, op_id, n);
+    out[n] = '\0';
+    return true;
+}
+
+/* Does \p e hold the decimal number \p num, not as part of a longer one? */
+static bool has_number(const char *e, const char *num)
+{
+    size_t n = strlen(num);
+    for (const char *p = e; (p = strstr(p, num)) != NULL; p++)
+        if ((p == e || !isdigit((unsigned char)p[-1])) &&
+            !isdigit((unsigned char)p[n]))
+            return true;
+    return false;
+}
+
+static void check_refusal(const char *what, dd_err_t err, const char *e,
+                          struct rkey key)
 {
     FUZZ_CHECK(err == DD_ERR_FATAL, "%s: error %d (%s), want DD_ERR_FATAL",
                what, (int)err, e);
-    FUZZ_CHECK(e[0] != '\0', "%s: refused without a reason", what);
+    fuzz_check_text(what, e);
+    char want[STORE_KEY_MAX + 1];
+    if (key.op_id) {
+        if (shown_prefix(key.op_id, 64, want))
+            FUZZ_CHECK(strstr(e, want) != NULL, "%s: reason \"%s\" does not "
+                       "name op_id \"%s\"", what, e, want);
+        return;
+    }
+    snprintf(want, sizeof(want), "%llu", (unsigned long long)key.seq);
+    FUZZ_CHECK(has_number(e, want), "%s: reason \"%s\" does not name outbox "
+               "entry %s", what, e, want);
+}
+
+static struct rkey op_key(const char *op_id)
+{
+    return (struct rkey){op_id, 0};
+}
+
+static struct rkey outbox_key(uint64_t seq)
+{
+    return (struct rkey){NULL, seq};
 }
 
 /* Equal ignoring header bytes 2..7 (reserved, not read by the decoders). */
@@ -255,16 +327,17 @@ static void check_attempt_range(const struct store_attempt *a)
                "attempt decoded with an unterminated string");
 }
 
-/* A truncated value, or one with a byte appended, is refused. */
+/* A truncated value (cut at \p cut % len bytes), or one with the byte
+ * \p extra appended, is refused. */
 static void check_not_prefix(const char *what, const unsigned char *v,
-                             size_t len, size_t cut, int kind,
-                             const char *op_id, uint32_t number)
+                             size_t len, size_t cut, uint8_t extra, int kind,
+                             const char *op_id, uint32_t number, uint64_t seq)
 {
     unsigned char *c = malloc(len + 1);
     if (!c)
         abort();
     memcpy(c, v, len);
-    c[len] = 0;
+    c[len] = extra;
     char e[DD_ERRSTR_SIZE] = "";
     for (int pass = 0; pass < 2; pass++) {
         size_t n = pass == 0 ? cut % len : len + 1;
@@ -283,12 +356,13 @@ static void check_not_prefix(const char *what, const unsigned char *v,
                                              sizeof(e));
         } else {
             struct store_codec_outbox o;
-            err = store_codec_outbox_decode(t, n, 7, &o, e, sizeof(e));
+            err = store_codec_outbox_decode(t, n, seq, &o, e, sizeof(e));
         }
         free(t);
-        FUZZ_CHECK(err != DD_OK, "%s: %zu of %zu bytes decoded", what, n,
-                   len);
-        check_refusal(what, err, e);
+        FUZZ_CHECK(err != DD_OK, "%s: %zu of %zu bytes decoded%s", what, n,
+                   len, pass ? " (one byte appended)" : "");
+        check_refusal(what, err, e, kind == 2 ? outbox_key(seq)
+                                              : op_key(op_id));
     }
     free(c);
 }
@@ -301,7 +375,7 @@ static void garbage_op(const unsigned char *v, size_t len, const char *op_id)
     char e[DD_ERRSTR_SIZE] = "";
     dd_err_t err = store_codec_op_decode(v, len, op_id, &op, e, sizeof(e));
     if (err) {
-        check_refusal("op", err, e);
+        check_refusal("op", err, e, op_key(op_id));
         return;
     }
     check_op_range(&op);
@@ -337,7 +411,7 @@ static void garbage_attempt(const unsigned char *v, size_t len,
     dd_err_t err = store_codec_attempt_decode(v, len, op_id, number, &a,
                                               &expires_at, e, sizeof(e));
     if (err) {
-        check_refusal("attempt", err, e);
+        check_refusal("attempt", err, e, op_key(op_id));
         return;
     }
     check_attempt_range(&a);
@@ -366,7 +440,7 @@ static void garbage_outbox(const unsigned char *v, size_t len, uint64_t seq)
     char e[DD_ERRSTR_SIZE] = "";
     dd_err_t err = store_codec_outbox_decode(v, len, seq, &o, e, sizeof(e));
     if (err) {
-        check_refusal("outbox", err, e);
+        check_refusal("outbox", err, e, outbox_key(seq));
         return;
     }
     const unsigned char *end = v + len;
@@ -393,17 +467,20 @@ static void garbage_outbox(const unsigned char *v, size_t len, uint64_t seq)
 
 /* ---- round trips --------------------------------------------------------- */
 
-static char id_buf[4][STORE_KEY_MAX + 1];
-
-static const char *op_id_of(uint8_t sel)
+/* OP_ID of the input (the comment at the top) into \p out: 1..STORE_KEY_MAX
+ * bytes, none of them NUL ("o" when the input has no byte left). */
+static const char *op_id_of(struct in *in, char out[STORE_KEY_MAX + 1])
 {
-    static const size_t lens[4] = { 1, 64, 65, STORE_KEY_MAX };
-    size_t i = sel % 4;
-    if (!id_buf[i][0]) {
-        memset(id_buf[i], 'o', lens[i]);
-        id_buf[i][lens[i]] = '\0';
+    size_t len = 1 + (size_t)in_uint(in, 2) % STORE_KEY_MAX;
+    size_t i = 0;
+    for (; i < len && in->n > 0; i++) {
+        uint8_t c = in_u8(in);
+        out[i] = (char)(c ? c : 1);
     }
-    return id_buf[i];
+    if (i == 0)
+        out[i++] = 'o';
+    out[i] = '\0';
+    return out;
 }
 
 static void roundtrip_op(struct in *in)
@@ -419,13 +496,15 @@ static void roundtrip_op(struct in *in)
     op.expires_at_ms = (int64_t)in_uint(in, 8);
     op.attempts = (uint32_t)in_uint(in, 4);
     op.outbox_seq = in_uint(in, 8);
-    const char *op_id = op_id_of(in_u8(in));
     size_t cut = (size_t)in_uint(in, 2);
+    uint8_t extra = in_u8(in);
     in_str(in, op.request_hash, STORE_HASH_LEN);
     in_str(in, op.event_key, STORE_HASH_LEN);
     in_str(in, op.lease_owner, STORE_OWNER_MAX);
     in_str(in, op.source, STORE_SOURCE_MAX);
     in_str(in, op.category, STORE_CATEGORY_MAX);
+    char op_id[STORE_KEY_MAX + 1];
+    op_id_of(in, op_id);
 
     size_t cap = STORE_CODEC_OP_VALUE_MAX;
     unsigned char *v = malloc(cap);
@@ -447,9 +526,9 @@ static void roundtrip_op(struct in *in)
     } else {
         FUZZ_CHECK(err != DD_OK, "op with state %d, outbox state %d "
                    "decoded", (int)op.state, (int)op.outbox_state);
-        check_refusal("op", err, e);
+        check_refusal("op", err, e, op_key(op_id));
     }
-    check_not_prefix("op", exact, len, cut, 0, op_id, 0);
+    check_not_prefix("op", exact, len, cut, extra, 0, op_id, 0, 0);
     free(exact);
     free(v);
 }
@@ -465,12 +544,14 @@ static void roundtrip_attempt(struct in *in)
     a.status = (int32_t)(uint32_t)in_uint(in, 4);
     a.bytes = in_uint(in, 8);
     int64_t expires_at = (int64_t)in_uint(in, 8);
-    const char *op_id = op_id_of(in_u8(in));
     size_t cut = (size_t)in_uint(in, 2);
+    uint8_t extra = in_u8(in);
     in_str(in, a.session, STORE_SESSION_MAX);
     in_str(in, a.exit_addr, STORE_SESSION_MAX);
     in_str(in, a.category, STORE_CATEGORY_MAX);
     in_str(in, a.error, STORE_ERROR_MAX);
+    char op_id[STORE_KEY_MAX + 1];
+    op_id_of(in, op_id);
 
     struct buf v = ref_attempt(&a, expires_at);
     unsigned char *cv = malloc(STORE_CODEC_ATTEMPT_VALUE_MAX);
@@ -494,8 +575,9 @@ static void roundtrip_attempt(struct in *in)
                                      &x, e, sizeof(e));
     FUZZ_CHECK(err != DD_OK, "attempt %u decoded as number %u", a.number,
                a.number + 1);
-    check_refusal("attempt", err, e);
-    check_not_prefix("attempt", v.p, v.len, cut, 1, op_id, a.number);
+    check_refusal("attempt", err, e, op_key(op_id));
+    check_not_prefix("attempt", v.p, v.len, cut, extra, 1, op_id, a.number,
+                     0);
     free(v.p);
 }
 
@@ -503,8 +585,10 @@ static void roundtrip_outbox(struct in *in)
 {
     char op_id[STORE_KEY_MAX + 1], ek[STORE_HASH_LEN + 1];
     uint64_t generation = in_uint(in, 8);
+    uint64_t seq = in_uint(in, 8);
     int64_t expires_at = (int64_t)in_uint(in, 8);
     size_t cut = (size_t)in_uint(in, 2);
+    uint8_t extra = in_u8(in);
     in_str(in, op_id, STORE_KEY_MAX);
     in_str(in, ek, STORE_HASH_LEN);
     size_t idlen = strlen(op_id), eklen = strlen(ek);
@@ -525,11 +609,11 @@ static void roundtrip_outbox(struct in *in)
     free(cv);
     struct store_codec_outbox o;
     char e[DD_ERRSTR_SIZE] = "";
-    dd_err_t err = store_codec_outbox_decode(v.p, v.len, generation, &o, e,
+    dd_err_t err = store_codec_outbox_decode(v.p, v.len, seq, &o, e,
                                              sizeof(e));
     if (idlen == 0) {
         FUZZ_CHECK(err != DD_OK, "outbox entry without op_id decoded");
-        check_refusal("outbox", err, e);
+        check_refusal("outbox", err, e, outbox_key(seq));
     } else {
         FUZZ_CHECK(err == DD_OK, "encoded outbox entry refused: %s", e);
         FUZZ_CHECK(o.op_id_len == idlen && memcmp(o.op_id, op_id, idlen) == 0 &&
@@ -539,7 +623,7 @@ static void roundtrip_outbox(struct in *in)
                        (in->n == 0 || memcmp(o.value, in->p, in->n) == 0),
                    "decode(encode(outbox)) != outbox");
     }
-    check_not_prefix("outbox", v.p, v.len, cut, 2, NULL, 0);
+    check_not_prefix("outbox", v.p, v.len, cut, extra, 2, NULL, 0, seq);
     free(v.p);
 }
 
@@ -556,7 +640,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             roundtrip_outbox(&in);
         return 0;
     }
-    const char *op_id = op_id_of(in_u8(&in));
+    char op_id[STORE_KEY_MAX + 1];
+    op_id_of(&in, op_id);
     uint32_t number = (uint32_t)in_uint(&in, 4);
     uint64_t seq = in_uint(&in, 8);
     /* the value: an exact-size copy, so ASan sees any read past it */

@@ -5,7 +5,7 @@
  * byte.  Deterministic; run again after a layout change:
  *
  *   cc -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -o /tmp/gen_record_seeds \
- *      tests/fuzz/gen_record_seeds.c src/store_codec.c src/err.c
+ *      tests/fuzz/gen_record_seeds.c src/store_codec.c src/jstr.c src/err.c
  *   /tmp/gen_record_seeds tests/fuzz/corpus/record
  *
  * (DIR defaults to corpus/record next to this source as compiled.)  The unit
@@ -208,13 +208,23 @@ static struct buf outbox(struct outbox o)
     return b;
 }
 
-/* MODE, key (idsel, u32 number, u64 seq; big-endian), value */
-static struct buf garbage(unsigned mode, struct buf value, unsigned idsel, uint32_t number,
-                          uint64_t seq)
+/* OP_ID of the input: u16 length - 1 (big-endian), the bytes (no NUL) */
+static void op_id(struct buf *b, const char *id)
+{
+    size_t n = strlen(id);
+    if (n < 1 || n > STORE_KEY_MAX)
+        die("op_id of 1..STORE_KEY_MAX bytes");
+    be(b, n - 1, 2);
+    put(b, id, n);
+}
+
+/* MODE, key (OP_ID, u32 number, u64 seq; big-endian), value */
+static struct buf garbage(unsigned mode, struct buf value, const char *id,
+                          uint32_t number, uint64_t seq)
 {
     struct buf b = {.n = 0};
     u8(&b, mode);
-    u8(&b, idsel);
+    op_id(&b, id);
     be(&b, number, 4);
     be(&b, seq, 8);
     put(&b, value.d, value.n);
@@ -371,56 +381,71 @@ int main(int argc, char **argv)
     struct attempt a;
     struct outbox x;
 
-    emit("op_running", garbage(0, op(op_default()), 0, 0, 0));
+    /* op_ids: job.c makes them "scope:job_key" (a job_key is any UTF-8
+     * without control characters) or a request_hash; the decoders quote
+     * them cut at 64 bytes */
+    const char *id = "default:order-1001";
+    char o64[65], o65[66], o512[STORE_KEY_MAX + 1], cut64[70];
+    memset(o64, 'o', 64), o64[64] = '\0';
+    memset(o65, 'o', 65), o65[65] = '\0';
+    memset(o512, 'o', STORE_KEY_MAX), o512[STORE_KEY_MAX] = '\0';
+    /* "api:" + 59 x + "caf\u00e9-1": the e-acute (2 bytes) at 63..64, cut
+     * by a quote of 64 bytes */
+    memcpy(cut64, "api:", 4);
+    memset(cut64 + 4, 'x', 59);
+    memcpy(cut64 + 63, "\xc3\xa9-1", 5);
+    const char *utf8 = "default:\xe6\xb3\xa8\xe6\x96\x87-\xf0\x9f\x93\xa6-7";
+
+    emit("op_running", garbage(0, op(op_default()), id, 0, 0));
     o = op_default(), o.state = 3, o.ostate = 1, o.seq = 4097, o.attempts = 2;
-    emit("op_complete_pending", garbage(0, op(o), 1, 0, 0));
+    emit("op_complete_pending", garbage(0, op(o), o64, 0, 0));
     o = op_default(), o.state = 4, o.ostate = 2, o.category = "proxy_auth", o.owner = "";
-    emit("op_failed_sent", garbage(0, op(o), 3, 0, 0));
+    emit("op_failed_sent", garbage(0, op(o), o512, 0, 0));
     char t255[256], o127[128], c31[32];
     memset(t255, 't', 255), t255[255] = '\0';
     memset(o127, 'o', 127), o127[127] = '\0';
     memset(c31, 'c', 31), c31[31] = '\0';
     o = op_default(), o.state = 2, o.source = t255, o.owner = o127, o.category = c31,
     o.not_before = 1700000030000;
-    emit("op_retryable_long_source", garbage(0, op(o), 2, 0, 0));
+    emit("op_retryable_long_source", garbage(0, op(o), o65, 0, 0));
     o = op_default(), o.state = 9;
-    emit("op_bad_state", garbage(0, op(o), 0, 0, 0));
+    emit("op_bad_state", garbage(0, op(o), id, 0, 0));
     o = op_default(), o.ostate = 3;
-    emit("op_bad_outbox_state", garbage(0, op(o), 0, 0, 0));
+    emit("op_bad_outbox_state", garbage(0, op(o), utf8, 0, 0));
     o = op_default(), o.kind = STORE_CODEC_OUTBOX;
-    emit("op_wrong_type", garbage(0, op(o), 0, 0, 0));
-    emit("op_truncated", garbage(0, drop_tail(op(op_default()), 5), 0, 0, 0));
+    emit("op_wrong_type", garbage(0, op(o), cut64, 0, 0));
+    emit("op_truncated", garbage(0, drop_tail(op(op_default()), 5), cut64, 0, 0));
     struct buf v = op(op_default());
-    u8(&v, 0);
-    emit("op_trailing_byte", garbage(0, v, 0, 0, 0));
+    u8(&v, 0xa5); /* any byte after the last field, not only 0 */
+    emit("op_trailing_byte", garbage(0, v, id, 0, 0));
     emit("op_hash_too_long", garbage(0, op_hash_longer(op(op_default()), '0'),
-                                     0, 0, 0));
+                                     id, 0, 0));
     v = op(op_default());
     v.d[0] = 2; /* a newer layout version, expires_at 0 */
     store_codec_le64_put(v.d + 8, 0);
-    emit("op_newer_layout", garbage(0, v, 0, 0, 0));
+    emit("op_newer_layout", garbage(0, v, id, 0, 0));
 
     a = attempt_default(), a.number = 3;
-    emit("attempt_ok", garbage(1, attempt(a), 0, 3, 0));
+    emit("attempt_ok", garbage(1, attempt(a), id, 3, 0));
     a = attempt_default(), a.number = 1, a.status = 0, a.category = "proxy",
     a.error = "CONNECT tunnel failed, response 407";
-    emit("attempt_failed", garbage(1, attempt(a), 3, 1, 0));
+    emit("attempt_failed", garbage(1, attempt(a), o512, 1, 0));
     a = attempt_default(), a.number = 2;
-    emit("attempt_number_mismatch", garbage(1, attempt(a), 0, 3, 0));
-    emit("attempt_truncated", garbage(1, cut(attempt(attempt_default()), 30), 0, 1, 0));
+    emit("attempt_number_mismatch", garbage(1, attempt(a), cut64, 3, 0));
+    emit("attempt_truncated", garbage(1, cut(attempt(attempt_default()), 30), utf8, 1, 0));
 
-    emit("outbox_ok", garbage(2, outbox(outbox_default()), 0, 0, 4097));
+    emit("outbox_ok", garbage(2, outbox(outbox_default()), id, 0, 4097));
     x = outbox_default(), x.value = "";
-    emit("outbox_empty_value", garbage(2, outbox(x), 0, 0, 1));
+    emit("outbox_empty_value", garbage(2, outbox(x), id, 0, 1));
     x = outbox_default(), x.op_id = "";
-    emit("outbox_no_op_id", garbage(2, outbox(x), 0, 0, 2));
-    emit("outbox_value_len_too_big", garbage(2, drop_tail(outbox(outbox_default()), 1), 0, 0, 3));
+    emit("outbox_no_op_id", garbage(2, outbox(x), id, 0, 2));
+    emit("outbox_value_len_too_big", garbage(2, drop_tail(outbox(outbox_default()), 1), id, 0, 3));
     v = (struct buf){.n = 0};
     u8(&v, 1);
     u8(&v, 2);
     for (int i = 0; i < 10; i++)
         u8(&v, 0);
-    emit("outbox_short", garbage(2, v, 0, 0, 0));
+    emit("outbox_short", garbage(2, v, id, 0, UINT64_MAX));
     emit("empty", (struct buf){.n = 0});
 
     uint32_t key[1] = {7};
