@@ -41,6 +41,22 @@ uint64_t dd_fnv1a64(const void *data, size_t len);
 uint64_t dd_fnv1a64_str(const char *s);
 
 /**
+ * @brief Days since 1970-01-01 of the proleptic Gregorian date \p y-\p m-\p d
+ *        (H. Hinnant's days_from_civil; negative before 1970).
+ * @param m  Month 1..12.   @param d  Day 1..31 (not checked against \p m).
+ * @locality any thread; pure.
+ */
+int64_t dd_days_from_civil(int64_t y, unsigned m, unsigned d);
+
+/**
+ * @brief The civil date of \p z days since 1970-01-01 (the inverse of
+ *        dd_days_from_civil).
+ * @param y,m,d  Out: year, month 1..12, day 1..31.
+ * @locality any thread; pure.
+ */
+void dd_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d);
+
+/**
  * @brief Log "out of memory: <what>" at LOG_CRIT and abort().  Never returns.
  * @param what  Static text naming the allocation site (e.g. "op map").
  */

@@ -34,6 +34,7 @@
  * @locality any thread, every function: reentrant, no shared state.  Callers:
  * the pipeline and the job API's thread.
  */
+#include "dd.h"
 #include "job.h"
 #include "jstr.h"
 
@@ -355,29 +356,6 @@ static int ndigits(const char *s, int n)
     return v;
 }
 
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
-{
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
 static int days_in_month(int y, int m)
 {
     static const int dim[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
@@ -438,13 +416,13 @@ static const char *rfc3339_normalize(const char *s, char out[RFC3339_MAX])
         return "not an RFC 3339 date-time (time zone must be Z or +HH:MM)";
     }
 
-    int64_t t = days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 +
+    int64_t t = dd_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 +
                 h * 3600 + mi * 60 + sec - off_s;
     int64_t days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
     int64_t rem = t - days * 86400;
     int64_t uy;
     unsigned um, ud;
-    civil_from_days(days, &uy, &um, &ud);
+    dd_civil_from_days(days, &uy, &um, &ud);
     if (uy < 0 || uy > 9999)
         return "date out of range in UTC";
     snprintf(out, RFC3339_MAX, "%04d-%02u-%02uT%02d:%02d:%02d%s%sZ", (int)uy,

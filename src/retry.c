@@ -25,6 +25,7 @@
  * @locality any thread, every function: pure.  Callers: the fetch engine and
  * the proxy pool (Retry-After, backoff, plan), the pipeline (If-Modified-Since).
  */
+#include "dd.h"
 #include "retry.h"
 
 #include <stddef.h>
@@ -39,17 +40,6 @@ static const char *const weekday[] = { "Monday", "Tuesday", "Wednesday",
 static const char *const month[] = { "Jan", "Feb", "Mar", "Apr",
                                      "May", "Jun", "Jul", "Aug",
                                      "Sep", "Oct", "Nov", "Dec" };
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
-{
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
 
 static int days_in_month(int y, int m)
 {
@@ -102,7 +92,7 @@ static bool to_epoch(int y, int m, int d, int h, int mi, int sec,
 {
     if (m < 1 || m > 12 || d < 1 || d > days_in_month(y, m))
         return false;
-    *epoch_s = days_from_civil(y, (unsigned)m, (unsigned)d) * 86400 +
+    *epoch_s = dd_days_from_civil(y, (unsigned)m, (unsigned)d) * 86400 +
                h * 3600 + mi * 60 + sec;
     return true;
 }
@@ -141,7 +131,7 @@ static bool parse_rfc850(const char *s, size_t len, int64_t now_ms,
     /* RFC 9110 5.6.7: more than 50 years ahead means the previous century. */
     int64_t now_days = now_ms / 1000 / 86400;
     int now_year = 1970;
-    while (days_from_civil(now_year + 1, 1, 1) <= now_days)
+    while (dd_days_from_civil(now_year + 1, 1, 1) <= now_days)
         now_year++;
     int y = now_year / 100 * 100 + yy;
     if (y > now_year + 50)
@@ -198,20 +188,6 @@ bool retry_http_date_parse(const char *value, int64_t now_ms, int64_t *epoch_s)
     return len > 0 && parse_http_date(value, len, now_ms, epoch_s);
 }
 
-/* Civil date of a day count since 1970-01-01 (H. Hinnant's inverse). */
-static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
-{
-    z += 719468;
-    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    unsigned doe = (unsigned)(z - era * 146097);
-    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    unsigned mp = (5 * doy + 2) / 153;
-    *d = doy - (153 * mp + 2) / 5 + 1;
-    *m = mp < 10 ? mp + 3 : mp - 9;
-    *y = (int64_t)yoe + era * 400 + (*m <= 2);
-}
-
 bool retry_http_date_format(int64_t epoch_s, char *out, size_t size)
 {
     /* years 0000..9999: what the four digits of IMF-fixdate can hold */
@@ -223,7 +199,7 @@ bool retry_http_date_format(int64_t epoch_s, char *out, size_t size)
     int64_t secs = epoch_s - days * 86400;
     int64_t y;
     unsigned m, d;
-    civil_from_days(days, &y, &m, &d);
+    dd_civil_from_days(days, &y, &m, &d);
     /* 1970-01-01 was a Thursday (index 3 from Monday) */
     int64_t wd = ((days % 7) + 7 + 3) % 7;
     snprintf(out, size, "%s, %02u %s %04d %02d:%02d:%02d GMT", wkday[wd], d,

@@ -19,25 +19,9 @@
 source "$(dirname "$0")/lib.sh"
 pin_dedupd
 
-jq 'del(.proxy.providers)' "$CFG" >"$WORK/dedupd.json"
-CFG=$WORK/dedupd.json
-export DEDUPD_PROXY__EXITS=
-export DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32
-export DEDUPD_FETCH__BLOCKED_STATUSES=429
+direct_origin_setup
 export DEDUPD_FETCH__MAX_ATTEMPTS=3
-export DEDUPD_FETCH__BACKOFF_BASE_MS=50 DEDUPD_FETCH__BACKOFF_MAX_MS=200
 export DEDUPD_FETCH__RETRY_AFTER_MAX_MS=300000
-export DEDUPD_STORE__LEASE_MS=30000
-
-cleanup() {
-  [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null
-  stop_fixtures
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-hostile_start origin 127.0.0.1:0
-O=http://127.0.0.1:$(head -1 "$WORK/origin.port")
 
 job() { jq -cn --arg u "$1" --arg k "$2" --argjson d "$3" '{url: $u, job_key: $k, deadline_s: $d}'; }
 reqs() { grep -F "c=$T-$1" "$WORK/origin.log" 2>/dev/null || true; }

@@ -17,25 +17,9 @@ source "$(dirname "$0")/lib.sh"
 pin_dedupd
 RA=6
 
-jq 'del(.proxy.providers)' "$CFG" >"$WORK/dedupd.json"
-CFG=$WORK/dedupd.json
-export DEDUPD_PROXY__EXITS=
-export DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32
-export DEDUPD_FETCH__BLOCKED_STATUSES=429
+direct_origin_setup
 export DEDUPD_FETCH__MAX_ATTEMPTS=2
-export DEDUPD_FETCH__BACKOFF_BASE_MS=50 DEDUPD_FETCH__BACKOFF_MAX_MS=200
 export DEDUPD_FETCH__DEADLINE_MS=60000
-export DEDUPD_STORE__LEASE_MS=30000
-
-cleanup() {
-  [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null
-  stop_fixtures
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-hostile_start origin 127.0.0.1:0
-O=http://127.0.0.1:$(head -1 "$WORK/origin.port")
 
 jq -cn --arg u "$O/status/429?ra=$RA&c=$T" '{url: $u}' >"$WORK/job.ndjson"
 opid=$(submit "$WORK/job.ndjson" | jq -r .op_id)

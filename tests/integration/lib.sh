@@ -183,3 +183,27 @@ stop_fixtures() {
   for p in "${FIXTURE_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${FIXTURE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 }
+
+# direct_origin_setup: one session (direct: no proxy exits, no providers) to a
+# hostile origin started on 127.0.0.1 ($O its URL), where a 429 is a blocked
+# status, retries back off 50..200 ms and leases last 30 s; a dedupd whose pid
+# the test keeps in DPID is killed at exit with the fixtures.  Tests then set
+# their own attempts, deadlines and clamps.
+direct_origin_setup() {
+  jq 'del(.proxy.providers)' "$CFG" >"$WORK/dedupd.json"
+  CFG=$WORK/dedupd.json
+  export DEDUPD_PROXY__EXITS=
+  export DEDUPD_FETCH__ALLOW_TARGETS=127.0.0.1/32
+  export DEDUPD_FETCH__BLOCKED_STATUSES=429
+  export DEDUPD_FETCH__BACKOFF_BASE_MS=50 DEDUPD_FETCH__BACKOFF_MAX_MS=200
+  export DEDUPD_STORE__LEASE_MS=30000
+  trap direct_origin_cleanup EXIT
+  hostile_start origin 127.0.0.1:0
+  O=http://127.0.0.1:$(head -1 "$WORK/origin.port")
+}
+direct_origin_cleanup() {
+  [ -n "${DPID:-}" ] && kill -9 "$DPID" 2>/dev/null
+  stop_fixtures
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
