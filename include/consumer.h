@@ -128,7 +128,9 @@ void consumer_handles_close(struct consumer_handles *h);
  *               be replaced by a new producer after a fatal producer error.
  * @param stats  Out: counters of the run.
  * @returns DD_OK; DD_ERR_IO (outbox replay read, or a failed WAL fsync of
- *          the group commit: stopped, unacknowledged jobs are redelivered).
+ *          the group commit: stopped, unacknowledged jobs are redelivered);
+ *          DD_ERR_FATAL (a corrupt outbox key or record at the replay);
+ *          DD_ERR_NOMEM.  None is retriable within the run.
  * @locality the pipeline thread: the caller's, for the whole run.
  */
 dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,

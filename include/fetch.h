@@ -233,7 +233,9 @@ dd_err_t fetch_new(const struct cfg *cfg, struct fetch **out, char *errstr,
 /**
  * @brief Stop the thread: transfers still running end with category "canceled".
  *        Their results stay takeable until destroy.  fetch_destroy(NULL) no-op.
- * @locality the thread that called fetch_new(); joins the engine thread.
+ * @locality any one thread that is not the engine's (the pipeline's, which
+ *           may differ from the one that called fetch_new()); joins the
+ *           engine thread.
  */
 void fetch_destroy(struct fetch *f);
 
@@ -277,7 +279,9 @@ typedef void(fetch_retry_cb)(void *hook_opaque, void *req_opaque,
 /**
  * @brief Install the retry hook (NULL: none).  Call before the first
  *        fetch_submit(); not thread-safe against running requests.
- * @locality the thread that called fetch_new(), before any submit.
+ * @locality any one thread that is not the engine's, before the first
+ *           fetch_submit() (the submit lock orders the hook's installation
+ *           before the engine reads it).
  */
 void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque);
 

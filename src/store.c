@@ -9,7 +9,8 @@
  * Threads: the store is safe from any thread (store.h).  Claims,
  * completions, acks and lease renewals run on the pipeline thread; the
  * retry hook (store_op_retry, store_op_resume) on the fetch engine's thread;
- * store_op_get and store_attempts_get on the job API's HTTP threads too.
+ * store_op_get on the job API's HTTP threads too; store_attempts_get on the
+ * pipeline or the CLI's thread (`dedupd inspect`).
  */
 #include "store_internal.h"
 
