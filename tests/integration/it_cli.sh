@@ -15,6 +15,7 @@
 #   redrive  --dry-run sends nothing and counts what it would do; without
 #            --all still-invalid records stay; --all sends those too
 source "$(dirname "$0")/lib.sh"
+IDLE_MS=1500 # each run ends 1.5 s after its last message
 
 # count_topic TOPIC: messages on TOPIC (kcat's own failure fails the test, so
 # an unreadable topic is never "0 messages").
