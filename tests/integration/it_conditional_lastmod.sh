@@ -61,13 +61,7 @@ export DEDUPD_STORE__VALIDATORS_TTL_MS=$TTL_MS
 job "$u2" x1 | submit - > /dev/null
 "$DEDUPD" run -c "$CFG" --exit-when-idle 2500 --stats-json >"$WORK/stats.json" 2>"$WORK/run3.log" &
 pid=$!
-admin=""
-for _ in $(seq 1 100); do
-  admin=$(sed -nE 's/.*admin listener on port ([0-9]+).*/\1/p' "$WORK/run3.log" | head -n 1)
-  [ -n "$admin" ] && break
-  sleep 0.1
-done
-[ -n "$admin" ] || fail "no admin listener line in the log"
+admin=$(admin_port "$WORK/run3.log")
 # x1 complete (its validator and body stored): submit x2 at once, within the TTL
 done1=""
 for _ in $(seq 1 600); do

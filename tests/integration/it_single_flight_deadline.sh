@@ -28,13 +28,7 @@ now_ms() { date +%s%3N; }
 job a 30 | submit - > "$WORK/receipts.ndjson"
 "$DEDUPD" run -c "$CFG" --exit-when-idle 2500 --stats-json >"$WORK/stats.json" 2>"$WORK/run.log" &
 pid=$!
-admin=""
-for _ in $(seq 1 100); do
-  admin=$(sed -nE 's/.*admin listener on port ([0-9]+).*/\1/p' "$WORK/run.log" | head -n 1)
-  [ -n "$admin" ] && break
-  sleep 0.1
-done
-[ -n "$admin" ] || fail "no admin listener line in the log"
+admin=$(admin_port "$WORK/run.log")
 
 # A reaches the origin (and stays there HOLD_S seconds)
 for _ in $(seq 1 150); do [ "$(requests)" -ge 1 ] && break; sleep 0.1; done
