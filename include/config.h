@@ -95,6 +95,7 @@ struct cfg {
     char *tail_group_id;
     int64_t tail_ttl_ms;
     int64_t shutdown_grace_ms;
+    int64_t rebalance_grace_ms;
     /** kafka.* pass-through pairs (name without "kafka.", value). */
     struct cfg_strlist kafka_names, kafka_values;
 };

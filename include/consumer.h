@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "changelog.h"
 #include "err.h"
 
 struct api;
@@ -83,6 +84,9 @@ struct consumer_handles {
     struct consumer *consumer;  /**< the jobs topic's consumer, subscribed */
     char run_id[40];            /**< this run's id (the store's lease owner
                                      is "<instance.id>#<run_id>") */
+    struct changelog_info changelog; /**< the changelog's partitions and
+                                          retention (changelog_ensure) */
+    struct changelog_restorer *restorer; /**< its restore consumer */
 };
 
 /**

@@ -81,6 +81,11 @@ enum metrics_counter {
     METRICS_PROXY_AUTH_SUSPENSIONS,  /**< dedupd_proxy_auth_suspensions_total */
     METRICS_RETRY_WAITS,             /**< dedupd_retry_waits_total */
     METRICS_PRODUCER_RESETS,         /**< dedupd_producer_resets_total */
+    METRICS_CHANGELOG_RESTORED,      /**< dedupd_changelog_restored_records_total */
+    METRICS_CHANGELOG_RECORDS,       /**< dedupd_changelog_records_total:
+                                          acknowledged by the broker */
+    METRICS_JOBS_REROUTED,           /**< dedupd_jobs_rerouted_total */
+    METRICS_RELEASES,                /**< dedupd_releases_total */
     METRICS_COUNTER__N
 };
 
@@ -94,6 +99,8 @@ enum metrics_gauge {
     METRICS_INDEX_ENTRIES,         /**< dedupd_index_entries */
     METRICS_READY,                 /**< dedupd_ready: 0 or 1 */
     METRICS_START_TIME_SECONDS,    /**< dedupd_start_time_seconds (Unix s) */
+    METRICS_PARTITIONS_RESTORING,  /**< dedupd_partitions_restoring */
+    METRICS_PARTITIONS_ASSIGNED,   /**< dedupd_partitions_assigned */
     METRICS_GAUGE__N
 };
 

@@ -62,6 +62,18 @@ dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
                        const struct producer_header *hdrs, size_t n_hdrs,
                        void *opaque, char *errstr, size_t errstr_size) DD_WUR;
 
+/**
+ * @brief producer_send() to an explicit \p partition of \p topic (the
+ *        changelog: a decision goes to its job's partition, DESIGN.md
+ *        section 6), or, when \p partition < 0, to the key's partition.
+ * @returns as producer_send(); DD_ERR_INVAL also for an unknown partition.
+ */
+dd_err_t producer_send_to(struct producer *p, const char *topic,
+                          int32_t partition, const void *key, size_t key_len,
+                          const void *value, size_t value_len,
+                          const struct producer_header *hdrs, size_t n_hdrs,
+                          void *opaque, char *errstr, size_t errstr_size) DD_WUR;
+
 /** @brief Serve delivery reports, waiting up to \p timeout_ms. */
 void producer_poll(struct producer *p, int timeout_ms);
 

@@ -720,8 +720,118 @@ dd_err_t store_receipt_done(struct store *store, const char *key,
 dd_err_t store_receipt_abort(struct store *store, const char *key, char *errstr,
                              size_t errstr_size) DD_WUR;
 
+/* ---- the changelog's side of the store (DESIGN.md sections 4 and 6) -------
+ *
+ * The durable record of every decision is the compacted changelog topic
+ * `<consumer.group_id>-changelog` (changelog.h); the store is this
+ * instance's copy of the partitions it owns.  A changelog record of an op is
+ * keyed by op_id and its value is the op's record in the ops column
+ * family's layout (store_codec.h, "ops"), as read back from the store after
+ * the change it records, with the outbox state normalized (a record is
+ * produced only after the result it names was acknowledged: PENDING is
+ * written as SENT, and no outbox sequence travels).  A conflict mark is keyed
+ * "conflict/<op_id>/<request_hash>" with the conflicts column family's value.
+ * Each partition's checkpoint (meta "checkpoint/<partition>") is the
+ * changelog offset the copy reflects and the wall time it was taken.
+ */
+
+/** Room for any changelog value of an op (STORE_CODEC_OP_VALUE_MAX). */
+#define STORE_CHANGELOG_VALUE_MAX 1024
+
 /**
- * @brief Compact every column family over its whole range, which runs the TTL
+ * @brief The changelog value of \p op (a record as store_claim and friends
+ *        return it) into \p buf (STORE_CHANGELOG_VALUE_MAX bytes).
+ * @returns its length (> 0).  @locality any thread (pure).
+ */
+size_t store_changelog_encode(const struct store_op *op, unsigned char *buf);
+
+/**
+ * @brief The changelog value of \p op_id's current record (see above).
+ * @param buf  STORE_CHANGELOG_VALUE_MAX bytes; *len gets the value's length.
+ * @param op   Out (optional): the record as stored.
+ * @returns DD_OK; DD_ERR_STATE (absent or expired: nothing to record);
+ *          DD_ERR_INVAL (op_id length); DD_ERR_IO; DD_ERR_FATAL (corrupt).
+ * @locality any thread (takes the op's stripe).
+ */
+dd_err_t store_changelog_value(struct store *store, const char *op_id,
+                               unsigned char *buf, size_t *len,
+                               struct store_op *op, char *errstr,
+                               size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Release an unfinished op at a revoke (DESIGN.md section 6): when it
+ *        is running or retryable at \p generation, its lease owner becomes
+ *        empty and its lease expiry 0 (its not_before is kept), so the next
+ *        owner takes it at once; \p buf gets the release's changelog value.
+ * @returns DD_OK; DD_ERR_STATE (finished, absent, or another generation:
+ *          nothing to release); DD_ERR_INVAL; DD_ERR_IO; DD_ERR_FATAL.
+ * @locality pipeline thread (any thread is safe: the op's stripe).
+ */
+dd_err_t store_op_release(struct store *store, const char *op_id,
+                          uint64_t generation, int64_t now_ms,
+                          unsigned char *buf, size_t *len, char *errstr,
+                          size_t errstr_size) DD_WUR;
+
+/** One changelog record to restore (borrowed bytes). */
+struct store_restore_rec {
+    const void *key;
+    size_t key_len;
+    const void *value;      /**< NULL: a tombstone (ignored) */
+    size_t value_len;
+};
+
+/** What store_restore_apply() did with the records it was given. */
+struct store_restore_counts {
+    uint64_t applied;   /**< ops written (the record won) */
+    uint64_t kept;      /**< ops whose local record has a higher generation */
+    uint64_t expired;   /**< records already expired (absent on both sides) */
+    uint64_t conflicts; /**< conflict marks written */
+    uint64_t skipped;   /**< tombstones, and keys that are neither an op nor
+                             a conflict mark (the identity record) */
+};
+
+/**
+ * @brief Apply restored changelog records (DESIGN.md section 6, Restore):
+ *        a record replaces the local one unless the local generation is
+ *        higher; an expired record counts as absent.  A restored running or
+ *        retryable op of another owner keeps its owner with a lease of
+ *        store_conf.lease_ms from \p now_ms on this instance's clock; one
+ *        whose owner is empty (a release) or this run's is free at once.
+ *        The hot index follows every write.  One WriteBatch, no fsync.
+ * @param c  Counts, added to (not cleared).
+ * @returns DD_OK; DD_ERR_FATAL (a record that does not decode: errstr names
+ *          its key); DD_ERR_IO.
+ * @locality the pipeline thread (the restore runs in the rebalance).
+ */
+dd_err_t store_restore_apply(struct store *store,
+                             const struct store_restore_rec *recs, size_t n,
+                             int64_t now_ms, struct store_restore_counts *c,
+                             char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Read partition \p partition's checkpoint: the changelog offset the
+ *        local copy reflects (the next one to restore) and the wall time (ms
+ *        since the epoch) it was taken.  *found false: none (restore from the
+ *        log start).
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_FATAL (corrupt value).
+ */
+dd_err_t store_checkpoint_get(struct store *store, int32_t partition,
+                              int64_t *offset, int64_t *taken_at_ms,
+                              bool *found, char *errstr,
+                              size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Write partition \p partition's checkpoint (see
+ *        store_checkpoint_get()); \p offset < 0 deletes it.  Written after
+ *        the records it covers (WAL order), so a crash never leaves a
+ *        checkpoint ahead of its records.
+ * @returns DD_OK; DD_ERR_IO.
+ */
+dd_err_t store_checkpoint_put(struct store *store, int32_t partition,
+                              int64_t offset, int64_t taken_at_ms,
+                              char *errstr, size_t errstr_size) DD_WUR;
+
+/** @brief Compact every column family over its whole range, which runs the TTL
  *        compaction filter (tests, maintenance).
  */
 void store_compact(struct store *store);

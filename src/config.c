@@ -63,12 +63,12 @@ static const struct cfg_option cfg_options[] = {
     {"store.block_cache_bytes", CFG_INT, CFG_OFF(store_block_cache_bytes),
      1048576, INT64_C(68719476736), "67108864", "bytes", 0,
      "RocksDB LRU block cache size."},
-    {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "true", "", 0,
-     "make completions durable: a store thread fsyncs the WAL as soon as the "
-     "previous fsync ended (group commit; the pipeline never waits for it), and "
-     "a job's offset is committed only after its completion is on disk and its "
-     "result acknowledged. false: no fsync (a crash of the machine may lose "
-     "acknowledged work; the process dying loses nothing)."},
+    {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "false", "", 0,
+     "fsync the local store's WAL (group commit: a store thread fsyncs as soon "
+     "as the previous fsync ended; a job's offset then also waits for its "
+     "completion to be on disk). Not needed for correctness: the changelog "
+     "topic is the durable record and a lost local write is restored from it; "
+     "true only shortens the restore after a crash of the machine."},
     {"store.validators_ttl_ms", CFG_INT, CFG_OFF(store_validators_ttl_ms),
      1000, INT64_C(31536000000), "604800000", "ms", 0,
      "Time the validators (ETag, Last-Modified) of a resource and the body "
@@ -210,6 +210,12 @@ static const struct cfg_option cfg_options[] = {
      "How long tail remembers an event_key (at least store.ops_ttl_ms)."},
     {"shutdown.grace_ms", CFG_INT, CFG_OFF(shutdown_grace_ms), 0, 3600000,
      "20000", "ms", 0, "Time to finish in-flight work on SIGTERM."},
+    {"rebalance.grace_ms", CFG_INT, CFG_OFF(rebalance_grace_ms), 1000, 3600000,
+     "60000", "ms", 0,
+     "Time a revoke waits for the revoked partitions' fetches in flight to "
+     "finish (and their results and changelog records to be acknowledged) "
+     "before releasing what did not finish; at least fetch.timeout_ms + "
+     "kafka.request.timeout.ms and below kafka.max.poll.interval.ms."},
 };
 
 #define N_OPTIONS (sizeof(cfg_options) / sizeof(cfg_options[0]))
@@ -872,6 +878,35 @@ static dd_err_t check_allow_targets(const struct cfg *cfg, const char *src,
 
 /* The rules no single row can check (a value against a list or another
  * option), once every source is applied; errors name \p src. */
+/* A kafka.* option's value as a number, or \p def when unset. */
+static long long kafka_num(const struct cfg *cfg, const char *name,
+                           long long def)
+{
+    for (size_t i = 0; i < cfg->kafka_names.n; i++)
+        if (!strcmp(cfg->kafka_names.v[i], name))
+            return atoll(cfg->kafka_values.v[i]);
+    return def;
+}
+
+/* DESIGN.md section 6: fetch.timeout_ms + request.timeout.ms <= grace <
+ * max.poll.interval.ms (a drained revoke runs inside the consumer poll). */
+static dd_err_t check_grace(const struct cfg *cfg, const char *src,
+                            char *errstr, size_t errstr_size)
+{
+    long long req = kafka_num(cfg, "request.timeout.ms", 30000);
+    long long poll = kafka_num(cfg, "max.poll.interval.ms", 300000);
+    long long g = cfg->rebalance_grace_ms;
+    if (g < cfg->fetch_timeout_ms + req || g >= poll) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: rebalance.grace_ms: %lld must be at least "
+                      "fetch.timeout_ms + kafka.request.timeout.ms (%lld + "
+                      "%lld) and below kafka.max.poll.interval.ms (%lld)",
+                      src, g, (long long)cfg->fetch_timeout_ms, req, poll);
+        return DD_ERR_INVAL;
+    }
+    return DD_OK;
+}
+
 static dd_err_t check_rules(const struct cfg *cfg, const char *src,
                             char *errstr, size_t errstr_size)
 {
@@ -887,7 +922,9 @@ static dd_err_t check_rules(const struct cfg *cfg, const char *src,
                       "fetch.backoff_base_ms", src);
         return DD_ERR_INVAL;
     }
-    dd_err_t err = check_blocked_statuses(cfg, src, errstr, errstr_size);
+    dd_err_t err = check_grace(cfg, src, errstr, errstr_size);
+    if (!err)
+        err = check_blocked_statuses(cfg, src, errstr, errstr_size);
     if (!err)
         err = check_proxy_exits(cfg, src, errstr, errstr_size);
     if (!err)

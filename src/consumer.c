@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "changelog.h"
 #include "config.h"
 #include "fetch.h"
 #include "job.h"
@@ -23,17 +24,10 @@
 
 #include "consumer_internal.h"
 
-#define OPMAP_BUCKETS 65536
 #define SFMAP_BUCKETS 4096
 #define POLL_BATCH 1024 /* messages claimed together (one store batch) */
 #define OFFSETS_CHUNK 256 /* partitions per rd_kafka_offsets_store call */
 
-/* The jobs topic's consumer: librdkafka's rebalance callback reaches the
- * run through it (its conf opaque). */
-struct consumer {
-    rd_kafka_t *rk;
-    struct pipeline *pl;  /* the run it serves, or NULL outside consumer_run */
-};
 
 /* ---- message tracking (partitions.h) and offsets ------------------------- */
 
@@ -55,7 +49,7 @@ void consumer_msg_done(struct pipeline *pl, struct pmsg *pm)
 }
 
 /* Hand \p n commit points to librdkafka in one offsets_store call. */
-static void offsets_store(struct pipeline *pl,
+void consumer_offsets_store(struct pipeline *pl,
                           const struct partitions_offset *o, size_t n)
 {
     rd_kafka_topic_partition_list_t *l =
@@ -80,13 +74,13 @@ static void offsets_store(struct pipeline *pl,
 
 /* Store every moved commit point (once per loop iteration, not per message:
  * a replay storm moves thousands of offsets per batch). */
-static void flush_offsets(struct pipeline *pl)
+void consumer_flush_offsets(struct pipeline *pl)
 {
     struct partitions_offset o[OFFSETS_CHUNK];
     while (partitions_commit_pending(pl->parts)) {
         size_t n = partitions_commit_take(pl->parts, o, OFFSETS_CHUNK);
         if (n)
-            offsets_store(pl, o, n);
+            consumer_offsets_store(pl, o, n);
     }
 }
 
@@ -94,7 +88,7 @@ static void flush_offsets(struct pipeline *pl)
 
 static size_t op_hash(const char *s)
 {
-    return (size_t)(dd_fnv1a64_str(s) & (OPMAP_BUCKETS - 1));
+    return (size_t)(dd_fnv1a64_str(s) & (CONSUMER_OPMAP_BUCKETS - 1));
 }
 
 static struct opctx *op_find(struct pipeline *pl, const char *op_id)
@@ -125,6 +119,7 @@ static struct opctx *op_add(struct pipeline *pl, struct job *job,
     o->job = job;
     o->generation = generation;
     o->msgs = pm;
+    o->partition = pm->m.partition;
     size_t b = op_hash(o->op_id);
     o->hnext = pl->opmap[b];
     pl->opmap[b] = o;
@@ -132,8 +127,7 @@ static struct opctx *op_add(struct pipeline *pl, struct job *job,
     return o;
 }
 
-/* Remove \p o from the map, complete its messages and free it. */
-void consumer_op_finish(struct pipeline *pl, struct opctx *o)
+void consumer_op_unlink(struct pipeline *pl, struct opctx *o)
 {
     struct opctx **pp = &pl->opmap[op_hash(o->op_id)];
     while (*pp && *pp != o)
@@ -141,16 +135,27 @@ void consumer_op_finish(struct pipeline *pl, struct opctx *o)
     if (*pp)
         *pp = o->hnext;
     pl->n_ops--;
+}
+
+void consumer_op_free(struct opctx *o)
+{
+    job_destroy(o->job);
+    free(o->cond);
+    free(o->op_id);
+    free(o);
+}
+
+/* Remove \p o from the map, complete its messages and free it. */
+void consumer_op_finish(struct pipeline *pl, struct opctx *o)
+{
+    consumer_op_unlink(pl, o);
     struct pmsg *m = o->msgs;
     while (m) {
         struct pmsg *n = m->next;
         consumer_msg_done(pl, m);
         m = n;
     }
-    job_destroy(o->job);
-    free(o->cond);
-    free(o->op_id);
-    free(o);
+    consumer_op_free(o);
 }
 
 /* ---- the claim path ------------------------------------------------------- */
@@ -414,6 +419,7 @@ static void start_fetch(struct pipeline *pl, struct opctx *o)
     };
     if (fetch_submit(pl->fetch, &req))
         dd_oom("fetch request"); /* its only error */
+    o->fetching = true;
     o->not_before_ms = 0; /* a later fetch of this op (a refetch) resumes nothing */
     fetch_steps_free(steps, j->n_steps);
     free(h);
@@ -451,6 +457,11 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
     }
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
+    /* the claim record: the next owner after a crash waits out its lease
+     * (or takes it at once after a release) instead of fetching blindly */
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t vlen = store_changelog_encode(op, v);
+    consumer_out_changelog(pl, o->partition, o->op_id, v, vlen, NULL);
     /* a reclaimed retryable op: its first attempt resumes the wait */
     if (op->state == STORE_OP_RETRYABLE)
         o->not_before_ms = op->not_before_ms > 0 ? op->not_before_ms : 1;
@@ -667,6 +678,45 @@ static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
                                  NULL);
 }
 
+/* The jobs topic's partition of \p op_id, as the producers of dedupd submit
+ * and the job API put it (murmur2, the Java client's), or -1 when the
+ * partition count is unknown. */
+static int32_t op_partition(const struct pipeline *pl, const char *op_id)
+{
+    if (pl->clinfo.partitions <= 0)
+        return -1;
+    return rd_kafka_msg_partitioner_murmur2(NULL, op_id, strlen(op_id),
+                                            pl->clinfo.partitions, NULL, NULL);
+}
+
+/* DESIGN.md section 2: re-produce a misrouted job (its original bytes) to
+ * partition \p want of the jobs topic keyed by op_id with the identity
+ * headers and dedupd-rerouted-from; its own offset is done once that copy
+ * is acknowledged. */
+static void reroute(struct pipeline *pl, const rd_kafka_message_t *rkm,
+                    struct job *job, struct pmsg *pm, int32_t want)
+{
+    char source[STORE_SOURCE_MAX + 1];
+    source_of(pl->cfg->topic_jobs, rkm->partition, rkm->offset, source,
+              sizeof(source));
+    pl->st->misrouted++;
+    metrics_job(METRICS_JOB_MISROUTED);
+    struct outmsg *m = consumer_out_new(pl, OUT_REROUTE, pl->cfg->topic_jobs,
+                                        job->op_id, strlen(job->op_id),
+                                        rkm->payload, rkm->len);
+    m->partition = want;
+    consumer_out_header(m, "dedupd-op-id", job->op_id);
+    consumer_out_header(m, "dedupd-request-hash", job->request_hash);
+    consumer_out_header(m, "dedupd-rerouted-from", source);
+    m->msg = pm;
+    struct log_ctx lc = {pl->cfg->topic_jobs, rkm->partition, rkm->offset,
+                         job->op_id};
+    log_ctx_msg(LOG_DEBUG, "consumer", &lc,
+                "misrouted: re-produced to partition %d", (int)want);
+    job_destroy(job);
+    consumer_out_send(pl, m);
+}
+
 /* Parse and check one message; returns false when it went to the DLQ or was
  * decided on the fast path. */
 static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
@@ -697,12 +747,7 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         return false;
     }
     /* Workflow jobs ("steps") run in the fetch engine (fetch.h). */
-    /* The key is a routing hint; count keys that differ from op_id. */
     size_t idlen = strlen(job->op_id);
-    if (!rkm->key || rkm->key_len != idlen || memcmp(rkm->key, job->op_id, idlen)) {
-        pl->st->misrouted++;
-        metrics_job(METRICS_JOB_MISROUTED);
-    }
     /* A submitter's dedupd-op-id header must agree with the value. */
     rd_kafka_headers_t *hdrs = NULL;
     if (!rd_kafka_message_headers(rkm, &hdrs)) {
@@ -717,6 +762,13 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
             send_dlq(pl, rkm, pm, e);
             return false;
         }
+    }
+    /* The key is a routing hint: a job on another partition than its
+     * op_id's goes there, so every copy meets one owner. */
+    int32_t want = op_partition(pl, job->op_id);
+    if (want >= 0 && want != rkm->partition) {
+        reroute(pl, rkm, job, pm, want);
+        return false;
     }
     it->job = job;
     it->pm = pm;
@@ -755,7 +807,7 @@ static void completed(struct pipeline *pl, struct opctx *o,
 
 /* Shadow mode: complete the ops claimed in this loop iteration with their
  * `shadow` results in one store batch (group commit), then produce them. */
-static void shadow_flush(struct pipeline *pl)
+void consumer_shadow_flush(struct pipeline *pl)
 {
     size_t n = pl->n_shadow;
     if (!n)
@@ -994,6 +1046,39 @@ static bool cond_apply(struct pipeline *pl, struct opctx *o,
     return true;
 }
 
+/* \p o's transfer serves nobody: its single-flight waiters fetch on their
+ * own. */
+static void sf_release_followers(struct pipeline *pl, struct opctx *o)
+{
+    struct opctx *w = o->sf_followers;
+    o->sf_followers = NULL;
+    while (w) {
+        struct opctx *next = w->sf_next;
+        w->sf_next = NULL;
+        w->sf_waiting = false;
+        w->sf_alone = true;
+        if (w->released)
+            consumer_op_free(w); /* given up at a revoke */
+        else
+            start_fetch(pl, w);
+        w = next;
+    }
+}
+
+/* Drop \p o's single-flight waiters given up at a revoke. */
+static void sf_prune_released(struct opctx *o)
+{
+    struct opctx **pp = &o->sf_followers;
+    while (*pp) {
+        struct opctx *w = *pp;
+        if (w->released) {
+            *pp = w->sf_next;
+            consumer_op_free(w);
+        } else
+            pp = &w->sf_next;
+    }
+}
+
 /* Commit \p n finished fetches (and the single-flight waiters their answers
  * serve) in one store batch and produce their results. */
 static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
@@ -1005,8 +1090,18 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = rs[i]->opaque;
+        o->fetching = false;
         if (o->sf_leading)
             sf_remove(pl, o);
+        sf_prune_released(o);
+        if (o->released) {
+            /* given up at a revoke: nothing is produced for it any more;
+             * its waiters (of partitions still ours) fetch on their own */
+            fetch_result_destroy(rs[i]);
+            sf_release_followers(pl, o);
+            consumer_op_free(o);
+            continue;
+        }
         if (o->cond && rs[i]->ok && rs[i]->status == 304 &&
             !cond_apply(pl, o, rs[i])) {
             /* once more, without validators; its waiters keep waiting */
@@ -1031,16 +1126,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
                 total++;
             continue;
         }
-        struct opctx *w = o->sf_followers;
-        o->sf_followers = NULL;
-        while (w) {
-            struct opctx *next = w->sf_next;
-            w->sf_next = NULL;
-            w->sf_waiting = false;
-            w->sf_alone = true;
-            start_fetch(pl, w);
-            w = next;
-        }
+        sf_release_followers(pl, o);
     }
     if (!total)
         return;
@@ -1080,7 +1166,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
 
 /* Take every finished fetch (waiting at most \p timeout_ms for the first)
  * and commit them in batches.  @returns how many were taken. */
-static size_t drain_fetched(struct pipeline *pl, int timeout_ms)
+size_t consumer_drain_fetched(struct pipeline *pl, int timeout_ms)
 {
     struct fetch_result *rs[FETCHED_BATCH];
     size_t total = 0;
@@ -1109,6 +1195,17 @@ static int replay_cb(void *opaque, uint64_t seq, const char *op_id,
                                            generation, value, value_len);
     m->seq = seq;
     m->op_id = dd_xstrdup(op_id, "outbox replay");
+    /* its changelog record goes to the partition of its first job (the
+     * source "topic/partition/offset") */
+    struct store_op op;
+    bool found = false;
+    char e[DD_ERRSTR_SIZE];
+    if (!store_op_get(pl->store, op_id, dd_now_ms(), &op, &found, e,
+                      sizeof(e)) && found) {
+        const char *a = strchr(op.source, '/');
+        if (a && strchr(a + 1, '/'))
+            m->src_partition = (int32_t)atoi(a + 1);
+    }
     pl->st->replayed_outbox++;
     consumer_out_send(pl, m);
     return 0;
@@ -1123,7 +1220,7 @@ static void renew_leases(struct pipeline *pl)
         return;
     pl->next_renew_ms = now + pl->cfg->store_lease_ms / 3;
     char e[DD_ERRSTR_SIZE];
-    for (size_t b = 0; b < OPMAP_BUCKETS; b++) {
+    for (size_t b = 0; b < CONSUMER_OPMAP_BUCKETS; b++) {
         for (struct opctx *o = pl->opmap[b]; o; o = o->hnext) {
             if (o->stored)
                 continue;
@@ -1134,81 +1231,6 @@ static void renew_leases(struct pipeline *pl)
             }
         }
     }
-}
-
-/* ---- rebalance ------------------------------------------------------------ */
-
-/* The partition ids of \p parts (librdkafka's list) for partitions.h. */
-static int32_t *partition_ids(const rd_kafka_topic_partition_list_t *parts)
-{
-    int32_t *ids = dd_xcalloc((size_t)parts->cnt + 1, sizeof(*ids),
-                              "rebalance");
-    for (int i = 0; i < parts->cnt; i++)
-        ids[i] = parts->elems[i].partition;
-    return ids;
-}
-
-/* Carry out partitions.h's decision on an assignment. */
-static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
-                      rd_kafka_topic_partition_list_t *parts)
-{
-    int32_t *ids = partition_ids(parts);
-    struct partitions_plan plan;
-    partitions_assign(pl->parts, ids, (size_t)parts->cnt, &plan);
-    log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
-    rd_kafka_assign(rk, parts);
-    if (plan.ready) {
-        if (pl->api)
-            api_ready_set(pl->api, true);
-        metrics_gauge_set(METRICS_READY, 1);
-    }
-    partitions_plan_fini(&plan);
-    free(ids);
-}
-
-/* Carry out partitions.h's decision on a revocation: store and commit what
- * is done; work still in flight for these partitions finishes (its result
- * is published) but its offsets are no longer ours to store: the next owner
- * sees a duplicate. */
-static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
-                      rd_kafka_topic_partition_list_t *parts)
-{
-    int32_t *ids = partition_ids(parts);
-    struct partitions_plan plan;
-    partitions_revoke(pl->parts, ids, (size_t)parts->cnt, &plan);
-    if (plan.n_store)
-        offsets_store(pl, plan.store, plan.n_store);
-    if (plan.commit)
-        rd_kafka_commit(rk, NULL, 0);
-    log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
-    if (plan.n_void)
-        log_msg(LOG_INFO, "consumer",
-                "%zu messages of the revoked partitions are still in flight: "
-                "their results are published, their offsets left to the "
-                "next owner", plan.n_void);
-    rd_kafka_assign(rk, NULL);
-    partitions_plan_fini(&plan);
-    free(ids);
-}
-
-/* librdkafka's rebalance callback (eager assignors).
- * @locality pipeline thread (inside rd_kafka_consumer_poll and
- * rd_kafka_consumer_close). */
-static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                         rd_kafka_topic_partition_list_t *parts, void *opaque)
-{
-    struct consumer *c = opaque;
-    struct pipeline *pl = c->pl;
-    if (!pl) { /* outside a run: follow the group, decide nothing */
-        rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS
-                                ? parts : NULL);
-        return;
-    }
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
-        on_assign(pl, rk, parts);
-    else
-        on_revoke(pl, rk, parts);
-    pl->last_activity_ms = dd_now_ms();
 }
 
 /* Gauges, once a second: ops in flight, outbox, index, consumer lag. */
@@ -1244,7 +1266,7 @@ static void update_gauges(struct pipeline *pl)
 
 /* Finish the acknowledged ops whose completion the group commit has made
  * durable since: their messages' offsets move on. */
-static void release_durable(struct pipeline *pl)
+void consumer_release_durable(struct pipeline *pl)
 {
     if (!pl->await)
         return;
@@ -1296,13 +1318,17 @@ static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
     pl->api = h->api;
     job_conf_of(cfg, &pl->jconf);
     pl->parts = partitions_new();
-    pl->opmap = dd_xcalloc(OPMAP_BUCKETS, sizeof(*pl->opmap), "op map");
+    pl->opmap = dd_xcalloc(CONSUMER_OPMAP_BUCKETS, sizeof(*pl->opmap), "op map");
     pl->sfmap = dd_xcalloc(SFMAP_BUCKETS, sizeof(*pl->sfmap), "op map");
     const char *fp = getenv("DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER");
     pl->fail_fatal_after = fp && *fp ? atol(fp) : -1;
     fp = getenv("DEDUPD_FAILPOINT_EXIT_BEFORE_ACK");
     pl->fail_exit_before_ack = fp && *fp ? atol(fp) : -1;
     h->consumer->pl = pl;
+    changelog_topic_of(cfg, pl->changelog, sizeof(pl->changelog));
+    pl->clinfo = h->changelog;
+    pl->restorer = h->restorer;
+    pl->identity = changelog_identity_value(cfg);
     if (pl->fetch)
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
 }
@@ -1381,7 +1407,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
             return DD_OK;
         /* Completions first: they free capacity. */
         if (pl->fetch)
-            drain_fetched(pl, 0);
+            consumer_drain_fetched(pl, 0);
         producer_poll(*prod, 0);
         consumer_out_producer_check(pl);
         if (store_sync_failed(pl->store)) {
@@ -1392,6 +1418,10 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
                           "stopping; unacknowledged jobs are redelivered");
             return DD_ERR_IO;
         }
+        if (pl->fatal) {
+            dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
+            return pl->fatal;
+        }
         consumer_out_retry_due(pl);
         recheck_blocked(pl);
         renew_leases(pl);
@@ -1401,12 +1431,12 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
             poll_batch(pl, max - pl->n_ops,
                        pl->n_ops || pl->pending_out ? 2 : 100);
         else if (pl->fetch)
-            drain_fetched(pl, 5);
+            consumer_drain_fetched(pl, 5);
         else
             producer_poll(*prod, 5);
-        shadow_flush(pl);
-        release_durable(pl);
-        flush_offsets(pl);
+        consumer_shadow_flush(pl);
+        consumer_release_durable(pl);
+        consumer_flush_offsets(pl);
         if (!stopping && idle_exit(pl))
             return DD_OK;
     }
@@ -1428,9 +1458,9 @@ static void run_leave(struct pipeline *pl, dd_err_t err)
         char se[DD_ERRSTR_SIZE];
         if (store_sync_now(pl->store, se, sizeof(se)))
             log_msg(LOG_ERR, "store", "%s", se);
-        release_durable(pl);
+        consumer_release_durable(pl);
     }
-    flush_offsets(pl);
+    consumer_flush_offsets(pl);
     rd_kafka_commit(pl->rk, NULL, 0);
 }
 
@@ -1451,7 +1481,7 @@ static void pipeline_fini(struct pipeline *pl)
     }
     fetch_destroy(pl->fetch);
     pl->h->fetch = pl->fetch = NULL;
-    for (size_t b = 0; b < OPMAP_BUCKETS; b++) {
+    for (size_t b = 0; b < CONSUMER_OPMAP_BUCKETS; b++) {
         struct opctx *o = pl->opmap[b];
         while (o) {
             struct opctx *n = o->hnext;
@@ -1469,6 +1499,7 @@ static void pipeline_fini(struct pipeline *pl)
     }
     free(pl->opmap);
     free(pl->sfmap);
+    free(pl->identity);
     free(pl->shadow_pending);
     while (pl->blocked) {
         struct blocked *b = pl->blocked;
@@ -1547,7 +1578,7 @@ static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
         return DD_ERR_INVAL;
     }
     struct consumer *c = dd_xcalloc(1, sizeof(*c), "consumer");
-    rd_kafka_conf_set_rebalance_cb(kc, rebalance_cb);
+    rd_kafka_conf_set_rebalance_cb(kc, consumer_rebalance_cb);
     rd_kafka_conf_set_opaque(kc, c);
     char ke[512];
     c->rk = rd_kafka_new(RD_KAFKA_CONSUMER, kc, ke, sizeof(ke));
@@ -1600,6 +1631,10 @@ dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
     job_conf_of(cfg, &jc);
     dd_err_t err = store_open(&sc, &h->store, errstr, errstr_size);
     if (!err)
+        err = changelog_ensure(cfg, &h->changelog, errstr, errstr_size);
+    if (!err)
+        err = changelog_restorer_new(cfg, &h->restorer, errstr, errstr_size);
+    if (!err)
         err = producer_new(cfg, consumer_out_dr, &h->producer, errstr,
                            errstr_size);
     if (!err)
@@ -1618,6 +1653,8 @@ void consumer_handles_close(struct consumer_handles *h)
         free(h->consumer);
         h->consumer = NULL;
     }
+    changelog_restorer_destroy(h->restorer);
+    h->restorer = NULL;
     fetch_destroy(h->fetch);
     h->fetch = NULL;
     api_destroy(h->api);

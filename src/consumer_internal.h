@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "changelog.h"
 #include "consumer.h"
 #include "err.h"
 #include "job.h"
@@ -65,15 +66,33 @@ struct opctx {
     bool sf_alone;              /* its leader failed transiently: it fetches
                                    on its own (never chained behind another
                                    waiter, so every wait stays bounded) */
+    int32_t partition;          /* of the claiming message: its changelog
+                                   records go to this partition */
+    bool released;              /* given up at a revoke (release record
+                                   written): out of the op map, freed when
+                                   its fetch returns, whose result is
+                                   dropped */
+    bool fetching;              /* handed to the fetch engine, its result
+                                   not taken back yet */
 };
 
-enum out_kind { OUT_RESULT, OUT_DLQ, OUT_CONFLICT, OUT_REPLAY };
+enum out_kind {
+    OUT_RESULT,    /* a result; then its changelog record (OUT_CHANGELOG) */
+    OUT_DLQ,
+    OUT_CONFLICT,  /* a conflict report; then its changelog mark */
+    OUT_REPLAY,    /* an outbox entry sent again; then its changelog record */
+    OUT_CHANGELOG, /* a changelog record: on its acknowledgement the op's
+                      outbox entry goes (seq), the op finishes (op) or the
+                      message is done (msg) */
+    OUT_REROUTE,   /* a misrouted job re-produced keyed by op_id */
+};
 
 /* A message to produce, kept until its delivery report (re-sent on failure). */
 struct outmsg {
     struct pipeline *pl;  /* the run its delivery report goes to */
     struct outmsg *next;  /* retry list */
     enum out_kind kind;
+    int32_t partition;    /* explicit partition, or -1: the key's */
     char *topic;
     char *key;
     size_t key_len;
@@ -81,10 +100,14 @@ struct outmsg {
     size_t value_len;
     char *hname[4], *hval[4];
     size_t n_hdrs;
-    struct opctx *op;     /* OUT_RESULT */
-    struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT */
-    uint64_t seq;         /* OUT_RESULT, OUT_REPLAY */
-    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT */
+    struct opctx *op;     /* OUT_RESULT, OUT_CHANGELOG */
+    struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT, OUT_CHANGELOG,
+                             OUT_REROUTE */
+    uint64_t seq;         /* OUT_RESULT, OUT_REPLAY, OUT_CHANGELOG (0: no
+                             outbox entry to acknowledge) */
+    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT, OUT_CHANGELOG */
+    int32_t src_partition; /* OUT_REPLAY: the op's partition (its source),
+                              -1 when unknown */
     char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */
     struct outmsg *next_conflict;  /* conflict reports in flight */
     int64_t retry_at_ms;
@@ -132,9 +155,47 @@ struct pipeline {
     bool rechecking;      /* claim() of a held message: already counted */
     struct opctx **shadow_pending; /* shadow ops claimed, to complete */
     size_t n_shadow, cap_shadow;
+    /* the changelog (changelog.h) */
+    char changelog[CHANGELOG_TOPIC_MAX]; /* its topic */
+    struct changelog_info clinfo;        /* partitions, retention */
+    char *identity;                      /* the identity record's value */
+    struct changelog_restorer *restorer;
+    bool restored_once;   /* the start-up restore is done (readiness) */
+    dd_err_t fatal;       /* a rebalance decided the run cannot go on */
+    char fatal_msg[DD_ERRSTR_SIZE];
+};
+
+/* The jobs topic's consumer: librdkafka's rebalance callback reaches the
+ * run through it (its conf opaque). */
+struct consumer {
+    rd_kafka_t *rk;
+    struct pipeline *pl;  /* the run it serves, or NULL outside consumer_run */
 };
 
 /* ---- consumer.c ----------------------------------------------------------- */
+
+#define CONSUMER_OPMAP_BUCKETS 65536
+
+/* Take \p o out of the op map (its messages and memory stay the
+ * caller's). */
+void consumer_op_unlink(struct pipeline *pl, struct opctx *o);
+
+/* Hand \p n commit points to librdkafka in one offsets_store call. */
+void consumer_offsets_store(struct pipeline *pl,
+                            const struct partitions_offset *o, size_t n);
+
+/* Store every moved commit point (partitions_commit_take). */
+void consumer_flush_offsets(struct pipeline *pl);
+
+/* Take every finished fetch (waiting at most \p timeout_ms for the first)
+ * and commit them in batches.  @returns how many were taken. */
+size_t consumer_drain_fetched(struct pipeline *pl, int timeout_ms);
+
+/* Shadow mode: complete the ops claimed in this loop iteration. */
+void consumer_shadow_flush(struct pipeline *pl);
+
+/* Finish the acknowledged ops whose completion is durable since. */
+void consumer_release_durable(struct pipeline *pl);
 
 /* The work of \p pm is durable and acknowledged: its partition's commit
  * point may move (partitions_done); frees \p pm. */
@@ -142,6 +203,18 @@ void consumer_msg_done(struct pipeline *pl, struct pmsg *pm);
 
 /* Remove \p o from the op map, complete its messages and free it. */
 void consumer_op_finish(struct pipeline *pl, struct opctx *o);
+
+/* Free \p o's own memory (not its messages: the caller's). */
+void consumer_op_free(struct opctx *o);
+
+/* ---- consumer_rebalance.c ------------------------------------------------- */
+
+/* librdkafka's rebalance callback (eager assignors; the conf opaque is the
+ * struct consumer).  @locality pipeline thread (inside
+ * rd_kafka_consumer_poll and rd_kafka_consumer_close). */
+void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                           rd_kafka_topic_partition_list_t *parts,
+                           void *opaque);
 
 /* ---- consumer_out.c ------------------------------------------------------- */
 
@@ -163,6 +236,21 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
                                    const char *op_id, const char *event_key,
                                    uint64_t generation, const void *value,
                                    size_t len);
+
+/* Produce the changelog record of \p op_id as stored now to changelog
+ * partition \p partition; on its acknowledgement: the outbox entry \p seq
+ * (if not 0) is acknowledged, then \p op finishes (if not NULL) or \p msg
+ * is done (if not NULL).  When the op is absent (expired), that happens at
+ * once. */
+void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
+                               const char *op_id, uint64_t seq,
+                               struct opctx *op, struct pmsg *msg);
+
+/* Produce a changelog record \p key -> \p value (borrowed) to partition
+ * \p partition; \p msg (if not NULL) is done on its acknowledgement. */
+void consumer_out_changelog(struct pipeline *pl, int32_t partition,
+                            const char *key, const void *value, size_t len,
+                            struct pmsg *msg);
 
 /* Produce \p m (owned from here on): until its delivery report it counts in
  * pl->pending_out; what cannot be sent now goes on the retry list. */

@@ -63,9 +63,10 @@ void consumer_out_send(struct pipeline *pl, struct outmsg *m)
     }
     char err[DD_ERRSTR_SIZE];
     for (;;) {
-        dd_err_t e = producer_send(pl->h->producer, m->topic, m->key,
-                                   m->key_len, m->value, m->value_len, h,
-                                   m->n_hdrs, m, err, sizeof(err));
+        dd_err_t e = producer_send_to(pl->h->producer, m->topic,
+                                      m->partition, m->key, m->key_len,
+                                      m->value, m->value_len, h, m->n_hdrs, m,
+                                      err, sizeof(err));
         if (e == DD_OK) {
             pl->pending_out++;
             return;
@@ -102,6 +103,8 @@ struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
     struct outmsg *m = dd_xcalloc(1, sizeof(*m), "outgoing message");
     m->pl = pl;
     m->kind = kind;
+    m->partition = -1;
+    m->src_partition = -1;
     m->topic = dd_xstrdup(topic, "outgoing message");
     m->key = dd_xmalloc(key_len + 1, "outgoing message");
     memcpy(m->key, key, key_len);
@@ -140,6 +143,52 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
     return m;
 }
 
+/* A changelog record was acknowledged (or there was none to write): the
+ * outbox entry \p seq goes, then \p op finishes once its completion is
+ * durable (store.sync), or \p msg is done. */
+static void changelog_acked(struct pipeline *pl, uint64_t seq,
+                            const char *op_id, struct opctx *op,
+                            struct pmsg *msg)
+{
+    char e[DD_ERRSTR_SIZE];
+    if (seq && store_outbox_ack(pl->store, seq, op_id, e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "%s", e);
+    if (op) {
+        if (store_durable(pl->store) >= op->ticket) {
+            consumer_op_finish(pl, op);
+        } else {
+            op->await_next = pl->await;
+            pl->await = op;
+        }
+    }
+    if (msg)
+        consumer_msg_done(pl, msg);
+}
+
+/* A conflict report was acknowledged: mark it, then record the mark in the
+ * changelog; the message is done when that is acknowledged. */
+static void out_conflict_acked(struct pipeline *pl, struct outmsg *m)
+{
+    char e[DD_ERRSTR_SIZE];
+    metrics_add(METRICS_CONFLICTS_REPORTED, 1);
+    bool first;
+    if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
+                            e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "%s", e);
+    struct outmsg **pp = &pl->conflicts_inflight;
+    while (*pp && *pp != m)
+        pp = &(*pp)->next_conflict;
+    if (*pp)
+        *pp = m->next_conflict;
+    char key[STORE_KEY_MAX + STORE_HASH_LEN + 16], v[STORE_KEY_MAX + 200];
+    snprintf(key, sizeof(key), "conflict/%s/%s", m->op_id, m->hash);
+    int n = snprintf(v, sizeof(v),
+                     "{\"first_reported_at\":%lld,\"request_hash\":\"%s\"}",
+                     (long long)dd_now_ms(), m->hash);
+    consumer_out_changelog(pl, m->msg->m.partition, key, v, (size_t)n,
+                           m->msg);
+}
+
 /*
  * Delivery report of the results producer: \p opaque is the outmsg, which
  * names its run.  A failed delivery is sent again; an acknowledged one moves
@@ -167,7 +216,6 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         out_retry_later(pl, m, 1000);
         return;
     }
-    char e[DD_ERRSTR_SIZE];
     if (pl->fail_exit_before_ack > 0 && m->kind == OUT_RESULT &&
         pl->st->results + 1 >= (uint64_t)pl->fail_exit_before_ack) {
         log_msg(LOG_CRIT, "producer", "failpoint DEDUPD_FAILPOINT_EXIT_BEFORE_ACK: "
@@ -177,48 +225,81 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
     }
     switch (m->kind) {
     case OUT_RESULT:
-        if (store_outbox_ack(pl->store, m->seq, m->op->op_id, e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
         pl->st->results++;
         metrics_result(m->op->shadow ? METRICS_RESULT_SHADOW
                        : m->op->failed ? METRICS_RESULT_FAILED
                                        : METRICS_RESULT_FETCHED);
-        /* The result is on the topic; the op's messages are done once its
-         * completion is on disk too (DESIGN.md section 4: offsets only
-         * after the batch is durable). */
-        if (store_durable(pl->store) >= m->op->ticket) {
-            consumer_op_finish(pl, m->op);
-        } else {
-            m->op->await_next = pl->await;
-            pl->await = m->op;
-        }
+        /* The result is on the topic; now the decision's record: the op's
+         * messages are done once it is acknowledged (DESIGN.md section 4:
+         * a visible record never names a result not on the topic). */
+        consumer_out_changelog_op(pl, m->op->partition, m->op->op_id, m->seq,
+                                  m->op, NULL);
         break;
     case OUT_REPLAY:
-        if (store_outbox_ack(pl->store, m->seq, m->op_id, e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
         pl->st->results++;
         metrics_add(METRICS_OUTBOX_REPLAYED, 1);
+        consumer_out_changelog_op(pl, m->src_partition, m->op_id, m->seq,
+                                  NULL, NULL);
         break;
     case OUT_DLQ:
         metrics_add(METRICS_DLQ, 1);
         consumer_msg_done(pl, m->msg);
         break;
-    case OUT_CONFLICT: {
-        metrics_add(METRICS_CONFLICTS_REPORTED, 1);
-        bool first;
-        if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
-                                e, sizeof(e)))
-            log_msg(LOG_ERR, "store", "%s", e);
-        struct outmsg **pp = &pl->conflicts_inflight;
-        while (*pp && *pp != m)
-            pp = &(*pp)->next_conflict;
-        if (*pp)
-            *pp = m->next_conflict;
+    case OUT_CONFLICT:
+        out_conflict_acked(pl, m);
+        break;
+    case OUT_CHANGELOG:
+        metrics_add(METRICS_CHANGELOG_RECORDS, 1);
+        changelog_acked(pl, m->seq, m->op_id, m->op, m->msg);
+        break;
+    case OUT_REROUTE:
+        metrics_add(METRICS_JOBS_REROUTED, 1);
         consumer_msg_done(pl, m->msg);
-    }
         break;
     }
     consumer_out_free(m);
+}
+
+void consumer_out_changelog(struct pipeline *pl, int32_t partition,
+                            const char *key, const void *value, size_t len,
+                            struct pmsg *msg)
+{
+    struct outmsg *m = consumer_out_new(pl, OUT_CHANGELOG, pl->changelog, key,
+                                        strlen(key), value, len);
+    m->partition = partition;
+    m->msg = msg;
+    consumer_out_send(pl, m);
+}
+
+void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
+                               const char *op_id, uint64_t seq,
+                               struct opctx *op, struct pmsg *msg)
+{
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t len = 0;
+    char e[DD_ERRSTR_SIZE];
+    dd_err_t err = partition < 0 ? DD_ERR_STATE
+                                 : store_changelog_value(pl->store, op_id, v,
+                                                         &len, NULL, e,
+                                                         sizeof(e));
+    if (err) {
+        /* nothing to record (expired, or an op of unknown partition), or
+         * the store cannot say: go on as if recorded (the local copy
+         * still decides here) */
+        if (err != DD_ERR_STATE)
+            log_msg(LOG_ERR, "store", "changelog record of %.64s: %s", op_id,
+                    e);
+        changelog_acked(pl, seq, op_id, op, msg);
+        return;
+    }
+    struct outmsg *m = consumer_out_new(pl, OUT_CHANGELOG, pl->changelog,
+                                        op_id, strlen(op_id), v, len);
+    m->partition = partition;
+    m->seq = seq;
+    m->op = op;
+    m->msg = msg;
+    m->op_id = dd_xstrdup(op_id, "changelog record");
+    consumer_out_send(pl, m);
 }
 
 void consumer_out_retry_due(struct pipeline *pl)

@@ -82,6 +82,14 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Failed attempts followed by a retry wait (the op was retryable)."},
     [METRICS_PRODUCER_RESETS] = {"dedupd_producer_resets_total",
         "Producers recreated after a fatal producer error (their messages sent again)."},
+    [METRICS_CHANGELOG_RESTORED] = {"dedupd_changelog_restored_records_total",
+        "Changelog records read by the restore of assigned partitions."},
+    [METRICS_CHANGELOG_RECORDS] = {"dedupd_changelog_records_total",
+        "Changelog records (claims, results, releases, conflict marks) acknowledged by the broker."},
+    [METRICS_JOBS_REROUTED] = {"dedupd_jobs_rerouted_total",
+        "Jobs that arrived on another partition than their op_id's, re-produced keyed by op_id."},
+    [METRICS_RELEASES] = {"dedupd_releases_total",
+        "Unfinished ops released at a revoke (their next owner takes them at once)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {
@@ -99,6 +107,10 @@ static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {
         "1 when the instance is ready to serve (readiness probe), else 0."},
     [METRICS_START_TIME_SECONDS] = {"dedupd_start_time_seconds",
         "Start time of the process since the Unix epoch, in seconds."},
+    [METRICS_PARTITIONS_RESTORING] = {"dedupd_partitions_restoring",
+        "Assigned partitions whose changelog restore is in progress."},
+    [METRICS_PARTITIONS_ASSIGNED] = {"dedupd_partitions_assigned",
+        "Partitions of the jobs topic assigned to this instance."},
 };
 
 struct hist_desc {

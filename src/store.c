@@ -49,7 +49,7 @@ static void perf_off(void)
  * the WAL write), so no entry can be trusted any more: off until reopen.
  * @locality any thread (also the fetch engine's, through op_transition).
  */
-static void index_write_failed(struct store *s)
+void store_index_write_failed(struct store *s)
 {
     if (store_index_disable(s->idx))
         log_msg(LOG_WARNING, "STORE",
@@ -104,7 +104,7 @@ static void stripes_add(uint64_t mask[STORE_STRIPES / 64],
  * @locality any thread (the fetch engine's through op_transition, the HTTP
  * threads' through store_op_get).
  */
-static dd_err_t op_read(struct store *s, const char *op_id, int64_t now_ms,
+dd_err_t store_op_read(struct store *s, const char *op_id, int64_t now_ms,
                         bool include_expired, struct store_op *op,
                         bool *found, char *errstr, size_t errstr_size)
 {
@@ -132,7 +132,7 @@ static dd_err_t op_read(struct store *s, const char *op_id, int64_t now_ms,
     return DD_OK;
 }
 
-static dd_err_t op_write(struct store *s, const char *op_id,
+dd_err_t store_op_write(struct store *s, const char *op_id,
                          const struct store_op *op, char *errstr,
                          size_t errstr_size)
 {
@@ -145,7 +145,7 @@ static dd_err_t op_write(struct store *s, const char *op_id,
     rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_OPS], op_id,
                    strlen(op_id), (const char *)buf, len, &rerr);
     if (rerr) {
-        index_write_failed(s);
+        store_index_write_failed(s);
         return store_rdb_fail(rerr, "rocksdb_put_cf(ops)", op_id, errstr,
                               errstr_size);
     }
@@ -302,7 +302,7 @@ dd_err_t store_claim(struct store *s, const char *op_id,
                   == STORE_INDEX_ABSENT;
     store_index_count(s->idx, &k, absent);
     if (!absent) {
-        err = op_read(s, op_id, now_ms, false, &cur, &found, errstr,
+        err = store_op_read(s, op_id, now_ms, false, &cur, &found, errstr,
                       errstr_size);
         if (err)
             goto out;
@@ -313,7 +313,7 @@ dd_err_t store_claim(struct store *s, const char *op_id,
     *result = claim_apply(s, &cur, found, request_hash, hlen, event_key, elen,
                           source, now_ms, &dirty);
     if (dirty) {
-        err = op_write(s, op_id, &cur, errstr, errstr_size);
+        err = store_op_write(s, op_id, &cur, errstr, errstr_size);
         if (err)
             goto out;
         store_index_put(s->idx, &k, &cur, now_ms, STORE_INDEX_UPSERT);
@@ -334,7 +334,7 @@ dd_err_t store_op_get(struct store *s, const char *op_id, int64_t now_ms,
                                      errstr_size);
     if (err)
         return err;
-    return op_read(s, op_id, now_ms, false, op, found, errstr, errstr_size);
+    return store_op_read(s, op_id, now_ms, false, op, found, errstr, errstr_size);
 }
 
 /* Fencing: in one of the states of \p states (ST_BIT mask), leased by this
@@ -345,7 +345,7 @@ static dd_err_t fence(struct store *s, const char *fn, const char *op_id,
                       struct store_op *op, char *errstr, size_t errstr_size)
 {
     bool found = false;
-    dd_err_t err = op_read(s, op_id, now_ms, false, op, &found, errstr,
+    dd_err_t err = store_op_read(s, op_id, now_ms, false, op, &found, errstr,
                            errstr_size);
     if (err)
         return err;
@@ -441,7 +441,7 @@ static dd_err_t op_transition(struct store *s, const char *fn,
          * must not wait for the disk; the next group commit persists it */
         rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
         if (rerr) {
-            index_write_failed(s);
+            store_index_write_failed(s);
             err = store_rdb_fail(rerr, "rocksdb_write(ops)", op_id, errstr,
                                  errstr_size);
         } else
@@ -682,7 +682,7 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     if (rerr) {
         err = store_rdb_fail(rerr, "rocksdb_write(ops+outbox)", op_id,
                              errstr, errstr_size);
-        index_write_failed(s);
+        store_index_write_failed(s);
         goto out;
     }
     store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
@@ -817,7 +817,7 @@ static dd_err_t complete_batch_write(struct store *s,
         char text[DD_ERRSTR_SIZE];
         dd_err_t err = store_rdb_fail(rerr, "rocksdb_write(complete batch)",
                                       "batch", text, sizeof(text));
-        index_write_failed(s);
+        store_index_write_failed(s);
         dd_errstr_set(errstr, errstr_size, "%s", text);
         for (size_t i = 0; i < n; i++)
             if (!reqs[i].err) {
@@ -938,7 +938,7 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     /* mark SENT whatever the record's age: the mark never extends it */
     struct store_op op;
     bool found = false;
-    err = op_read(s, op_id, 0, true, &op, &found, errstr, errstr_size);
+    err = store_op_read(s, op_id, 0, true, &op, &found, errstr, errstr_size);
     if (err)
         goto out;
     bool mark = found && op.outbox_seq == seq
@@ -962,7 +962,7 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     if (rerr) {
         err = store_rdb_fail(rerr, "rocksdb_write(outbox ack)", op_id,
                              errstr, errstr_size);
-        index_write_failed(s);
+        store_index_write_failed(s);
         goto out;
     }
     if (mark)
@@ -1363,7 +1363,7 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
         err = store_rdb_fail(rerr, "rocksdb_write(ops batch)",
                              cb->reqs[cb->u[0].first].op_id, cb->errstr,
                              cb->errstr_size);
-        index_write_failed(s);
+        store_index_write_failed(s);
         for (size_t i = 0; i < cb->n; i++)
             if (!cb->reqs[i].err)
                 cb->reqs[i].err = DD_ERR_IO;
@@ -1598,7 +1598,7 @@ dd_err_t store_forget(struct store *s, const char *op_id, bool *found,
     struct store_op op;
     bool live = false;
     /* the store's clock: the filter clock when set (tests), else wall time */
-    err = op_read(s, op_id, store_clock_ms(s), false, &op, &live, errstr,
+    err = store_op_read(s, op_id, store_clock_ms(s), false, &op, &live, errstr,
                   errstr_size);
     if (err)
         goto out;
@@ -1608,7 +1608,7 @@ dd_err_t store_forget(struct store *s, const char *op_id, bool *found,
     if (rerr) {
         err = store_rdb_fail(rerr, "rocksdb_delete_cf(ops)", op_id, errstr,
                              errstr_size);
-        index_write_failed(s);
+        store_index_write_failed(s);
         goto out;
     }
     store_index_forget(s->idx, &k, store_clock_ms(s));

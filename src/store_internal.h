@@ -9,6 +9,8 @@
  *                  close, the index rebuild
  *   store_cond.c   validators and bodies (conditional refetch)
  *   store_marks.c  conflicts, seen marks, receipts
+ *   store_changelog.c  the changelog's side: changelog values, releases,
+ *                  restore, checkpoints
  *   store_index.c  the hot index and SipHash (include/store_index.h; no
  *                  RocksDB)
  *   store_codec.c  every record's layout (include/store_codec.h; no RocksDB)
@@ -158,6 +160,23 @@ dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
  * bytes (must be 1..512)").  @locality any thread.  (store.c) */
 dd_err_t store_op_id_check(const char *fn, const char *op_id, char *errstr,
                            size_t errstr_size);
+
+/* Read op_id's record.  *found is false when absent, or when expired at
+ * \p now_ms unless \p include_expired.  Caller holds the op's stripe when it
+ * will write.  @locality any thread.  (store.c) */
+dd_err_t store_op_read(struct store *s, const char *op_id, int64_t now_ms,
+                       bool include_expired, struct store_op *op, bool *found,
+                       char *errstr, size_t errstr_size);
+
+/* Put op_id's record (no fsync); the caller updates the hot index.  Caller
+ * holds the op's stripe.  @locality any thread.  (store.c) */
+dd_err_t store_op_write(struct store *s, const char *op_id,
+                        const struct store_op *op, char *errstr,
+                        size_t errstr_size);
+
+/* A write of ops failed: the hot index is off until reopen.  @locality any
+ * thread.  (store.c) */
+void store_index_write_failed(struct store *s);
 
 /* Group commit: a ticket for the write just made (durable once
  * store_durable() reaches it), waking the syncer; 0 without group commit.

@@ -64,8 +64,11 @@ static void mock_start(void)
     ck_assert_ptr_nonnull(mc);
     snprintf(bootstraps, sizeof(bootstraps), "%s",
              rd_kafka_mock_cluster_bootstraps(mc));
-    const char *topics[] = {T_JOBS, T_RESULTS, T_DLQ, T_CONFLICTS};
-    for (size_t i = 0; i < 4; i++)
+    /* the changelog too: `run` creates it on a real broker (Admin API), the
+     * mock cluster's metadata only needs it to exist */
+    const char *topics[] = {T_JOBS, T_RESULTS, T_DLQ, T_CONFLICTS,
+                            GROUP "-changelog"};
+    for (size_t i = 0; i < 5; i++)
         ck_assert_int_eq(rd_kafka_mock_topic_create(mc, topics[i], 1, 1), 0);
 }
 

@@ -1,0 +1,283 @@
+/* Rebalances of the jobs topic (DESIGN.md section 6), carried out on the
+ * pipeline thread inside librdkafka's rebalance callback:
+ *  - assign: start tracking (partitions.h), restore each assigned
+ *    partition's copy from the changelog before any of its messages is
+ *    processed (the restore runs inside the callback, so none is), write
+ *    the identity record to each, and report ready after the first one;
+ *  - revoke: take no new work for the partitions; let their transfers in
+ *    flight finish, with their results and changelog records acknowledged,
+ *    within rebalance.grace_ms; release at once the ops waiting out a retry
+ *    delay and, at the grace's end, whatever did not finish (a release
+ *    record: owner empty, not_before kept), so the next owner takes them at
+ *    once; wait for the acknowledgements; store and commit; give up;
+ *  - a lost assignment (the group moved on without this member) releases
+ *    and commits nothing: the partitions are already someone else's.
+ * See consumer_internal.h. */
+#include "consumer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "changelog.h"
+#include "config.h"
+#include "dd.h"
+#include "fetch.h"
+#include "log.h"
+#include "metrics.h"
+#include "producer.h"
+#include "store.h"
+
+#define DRAIN_CHECK_MS 50 /* how often a drain looks for retry waits */
+
+/* TEMPORARY until the fetch engine's fetch_release lands (h-fetch). */
+__attribute__((weak)) void fetch_release(struct fetch *f, void *opaque);
+__attribute__((weak)) void fetch_release(struct fetch *f, void *opaque)
+{
+    (void)f, (void)opaque;
+}
+
+/* The partition ids of \p parts (librdkafka's list) for partitions.h. */
+static int32_t *partition_ids(const rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = dd_xcalloc((size_t)parts->cnt + 1, sizeof(*ids),
+                              "rebalance");
+    for (int i = 0; i < parts->cnt; i++)
+        ids[i] = parts->elems[i].partition;
+    return ids;
+}
+
+static bool in_set(const int32_t *ids, size_t n, int32_t p)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == p)
+            return true;
+    return false;
+}
+
+/* ---- assign ---------------------------------------------------------------- */
+
+/* Restore \p ids from the changelog; then the identity record to each (the
+ * owner writes it at every assignment, so retention never removes it). */
+static void assign_restore(struct pipeline *pl, const int32_t *ids, size_t n)
+{
+    struct changelog_restore_stats st;
+    char e[DD_ERRSTR_SIZE];
+    dd_err_t err = changelog_restore(pl->restorer, pl->store, pl->cfg,
+                                     &pl->clinfo, ids, n, &st, e, sizeof(e));
+    if (err) {
+        pl->fatal = err == DD_ERR_INVAL ? DD_ERR_INVAL : DD_ERR_FATAL;
+        dd_errstr_set(pl->fatal_msg, sizeof(pl->fatal_msg),
+                      "restore of the changelog %s: %s", pl->changelog, e);
+        log_msg(LOG_CRIT, "restore", "%s", pl->fatal_msg);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        consumer_out_changelog(pl, ids[i], CHANGELOG_IDENTITY_KEY,
+                               pl->identity, strlen(pl->identity), NULL);
+}
+
+static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
+                      rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = partition_ids(parts);
+    size_t n = (size_t)parts->cnt;
+    struct partitions_plan plan;
+    partitions_assign(pl->parts, ids, n, &plan);
+    log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
+    rd_kafka_assign(rk, parts);
+    metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, (int64_t)n);
+    if (pl->restorer)
+        assign_restore(pl, ids, n);
+    if (plan.ready && !pl->fatal) {
+        pl->restored_once = true;
+        if (pl->api)
+            api_ready_set(pl->api, true);
+        metrics_gauge_set(METRICS_READY, 1);
+    }
+    partitions_plan_fini(&plan);
+    free(ids);
+}
+
+/* ---- revoke ---------------------------------------------------------------- */
+
+/* Give \p o up: a release record (its next owner takes it at once), out of
+ * the op map; its messages are void (the revoke starts a new epoch).  A
+ * fetch in flight makes no new attempt (fetch_release) and its result is
+ * dropped when it comes back; a single-flight waiter is dropped by its
+ * leader. */
+static void op_release(struct pipeline *pl, struct opctx *o)
+{
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t len = 0;
+    char e[DD_ERRSTR_SIZE];
+    if (!store_op_release(pl->store, o->op_id, o->generation, dd_now_ms(), v,
+                          &len, e, sizeof(e))) {
+        consumer_out_changelog(pl, o->partition, o->op_id, v, len, NULL);
+        metrics_add(METRICS_RELEASES, 1);
+    } else {
+        struct log_ctx lc = {pl->cfg->topic_jobs, o->partition, -1, o->op_id};
+        log_ctx_msg(LOG_WARNING, "store", &lc, "release: %s", e);
+    }
+    consumer_op_unlink(pl, o);
+    while (o->msgs) {
+        struct pmsg *m = o->msgs;
+        o->msgs = m->next;
+        free(m);
+    }
+    o->released = true;
+    if (o->fetching)
+        fetch_release(pl->fetch, o);
+    else if (!o->sf_waiting)
+        consumer_op_free(o);
+}
+
+/* The ops of partitions \p ids still to wait for (not released); with
+ * \p release_waiting, those waiting out a retry delay (stored retryable)
+ * are released first; with \p release_all, every unfinished one is. */
+static size_t revoked_ops(struct pipeline *pl, const int32_t *ids, size_t n,
+                          bool release_waiting, bool release_all)
+{
+    size_t left = 0;
+    char e[DD_ERRSTR_SIZE];
+    for (size_t b = 0; b < CONSUMER_OPMAP_BUCKETS; b++) {
+        struct opctx *o = pl->opmap[b];
+        while (o) {
+            struct opctx *next = o->hnext;
+            if (in_set(ids, n, o->partition)) {
+                struct store_op op;
+                bool found = false;
+                if (!o->stored && release_all) {
+                    op_release(pl, o);
+                } else if (!o->stored && release_waiting &&
+                           !store_op_get(pl->store, o->op_id, dd_now_ms(),
+                                         &op, &found, e, sizeof(e)) &&
+                           found && op.state == STORE_OP_RETRYABLE) {
+                    op_release(pl, o);
+                } else {
+                    left++;
+                }
+            }
+            o = next;
+        }
+    }
+    return left;
+}
+
+/* Held messages of partitions \p ids are dropped: their next owner consumes
+ * them again. */
+static void drop_blocked(struct pipeline *pl, const int32_t *ids, size_t n)
+{
+    struct blocked **pp = &pl->blocked;
+    while (*pp) {
+        struct blocked *b = *pp;
+        if (!in_set(ids, n, b->pm->m.partition)) {
+            pp = &b->next;
+            continue;
+        }
+        *pp = b->next;
+        pl->n_blocked--;
+        job_destroy(b->job);
+        free(b->pm);
+        free(b);
+    }
+}
+
+/* One turn of the pipeline's outgoing side while a revoke waits. */
+static void revoke_turn(struct pipeline *pl, int wait_ms)
+{
+    if (pl->fetch)
+        consumer_drain_fetched(pl, wait_ms);
+    producer_poll(pl->h->producer, pl->fetch ? 0 : wait_ms);
+    consumer_out_producer_check(pl);
+    consumer_out_retry_due(pl);
+    consumer_shadow_flush(pl);
+    consumer_release_durable(pl);
+}
+
+static bool hurried(const struct pipeline *pl)
+{
+    return pl->opts->hurry && *pl->opts->hurry;
+}
+
+/* Drain the revoked partitions \p ids within rebalance.grace_ms (see the
+ * file comment). */
+static void revoke_drain(struct pipeline *pl, const int32_t *ids, size_t n)
+{
+    int64_t t0 = dd_now_ms(), deadline = t0 + pl->cfg->rebalance_grace_ms;
+    int64_t next_check = 0;
+    size_t left = 0, first = 0;
+    for (;;) {
+        int64_t now = dd_now_ms();
+        bool check = now >= next_check;
+        if (check)
+            next_check = now + DRAIN_CHECK_MS;
+        left = revoked_ops(pl, ids, n, check, false);
+        if (!first)
+            first = left;
+        if (!left || now >= deadline || hurried(pl))
+            break;
+        revoke_turn(pl, 5);
+    }
+    if (left) {
+        log_msg(LOG_WARNING, "consumer",
+                "revoke: %zu ops of the revoked partitions did not finish "
+                "within %s: released (their next owner takes them at once)",
+                left, hurried(pl) ? "the hurried stop" : "rebalance.grace_ms");
+        revoked_ops(pl, ids, n, false, true);
+    }
+    drop_blocked(pl, ids, n);
+    /* what was produced for them is acknowledged before they are given up
+     * (results, changelog records, releases) */
+    while (pl->pending_out && dd_now_ms() < deadline && !hurried(pl))
+        revoke_turn(pl, 10);
+    if (first || pl->pending_out)
+        log_msg(LOG_INFO, "consumer",
+                "revoke: drained %zu ops in %lld ms; %zu messages "
+                "unacknowledged", first, (long long)(dd_now_ms() - t0),
+                pl->pending_out);
+}
+
+static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
+                      rd_kafka_topic_partition_list_t *parts)
+{
+    int32_t *ids = partition_ids(parts);
+    size_t n = (size_t)parts->cnt;
+    bool lost = rd_kafka_assignment_lost(rk);
+    if (!lost)
+        revoke_drain(pl, ids, n);
+    struct partitions_plan plan;
+    partitions_revoke(pl->parts, ids, n, &plan);
+    if (!lost && plan.n_store)
+        consumer_offsets_store(pl, plan.store, plan.n_store);
+    if (!lost && plan.commit)
+        rd_kafka_commit(rk, NULL, 0);
+    if (lost)
+        log_msg(LOG_WARNING, "consumer",
+                "assignment lost: %d partitions given up without draining or "
+                "committing (another member owns them now)", parts->cnt);
+    else
+        log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
+    rd_kafka_assign(rk, NULL);
+    metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, 0);
+    partitions_plan_fini(&plan);
+    free(ids);
+}
+
+void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                           rd_kafka_topic_partition_list_t *parts,
+                           void *opaque)
+{
+    struct consumer *c = opaque;
+    struct pipeline *pl = c->pl;
+    if (!pl) { /* outside a run: follow the group, decide nothing */
+        rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS
+                                ? parts : NULL);
+        return;
+    }
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+        on_assign(pl, rk, parts);
+    else
+        on_revoke(pl, rk, parts);
+    pl->last_activity_ms = dd_now_ms();
+}
