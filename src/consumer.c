@@ -1170,18 +1170,28 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
 /* Carry out partitions.h's decision on a revocation: store and commit what
  * is done; work still in flight for these partitions finishes (its result
  * is published) but its offsets are no longer ours to store: the next owner
- * sees a duplicate. */
+ * sees a duplicate.  A lost assignment (rd_kafka_assignment_lost: another
+ * member owns the partitions already) stores and commits nothing. */
 static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
                       rd_kafka_topic_partition_list_t *parts)
 {
     int32_t *ids = partition_ids(parts);
+    bool lost = rd_kafka_assignment_lost(rk);
     struct partitions_plan plan;
-    partitions_revoke(pl->parts, ids, (size_t)parts->cnt, &plan);
+    if (lost)
+        partitions_lose(pl->parts, ids, (size_t)parts->cnt, &plan);
+    else
+        partitions_revoke(pl->parts, ids, (size_t)parts->cnt, &plan);
     if (plan.n_store)
         offsets_store(pl, plan.store, plan.n_store);
     if (plan.commit)
         rd_kafka_commit(rk, NULL, 0);
-    log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
+    if (lost)
+        log_msg(LOG_WARNING, "consumer",
+                "assignment lost: %d partitions given up without committing",
+                parts->cnt);
+    else
+        log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
     if (plan.n_void)
         log_msg(LOG_INFO, "consumer",
                 "%zu messages of the revoked partitions are still in flight: "
