@@ -93,9 +93,12 @@ struct consumer_handles {
  * @brief Open everything a run uses, in this order: the store (its owner
  *        names a fresh run id), the results producer, the HTTP listeners
  *        (api_new), the fetch engine (unless \p shadow), and the Kafka
- *        consumer of topics.jobs (group consumer.group_id; eager assignors:
- *        cooperative-sticky is refused on librdkafka < 2.6.1; offsets stored
- *        by the pipeline only, auto-committed), subscribed.
+ *        consumer of topics.jobs (group consumer.group_id; eager assignors
+ *        only: a kafka.partition.assignment.strategy naming a cooperative
+ *        assignor is refused with DD_ERR_INVAL and the reason; offsets stored
+ *        by the pipeline only, auto-committed), subscribed.  Should a
+ *        cooperative rebalance reach the consumer anyway, the process logs
+ *        the cause (LOG_CRIT) and exits 1 from the rebalance callback.
  * @param cfg     Frozen config (borrowed; must outlive the handles).
  * @param h       Out: the handles; consumer_handles_close() them, also on
  *                failure (what was opened is then set, the rest NULL).

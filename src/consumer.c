@@ -3,6 +3,7 @@
 #include "consumer.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1546,6 +1547,32 @@ out:
 
 /* ---- handles -------------------------------------------------------------- */
 
+/* Is kafka.partition.assignment.strategy a cooperative assignor (alone or
+ * in a list)?  Then fill \p errstr with why it is refused (one line, within
+ * DD_ERRSTR_SIZE). */
+static bool strategy_refused(const rd_kafka_conf_t *kc, char *errstr,
+                             size_t errstr_size)
+{
+    size_t vsz = 0;
+    if (rd_kafka_conf_get(kc, "partition.assignment.strategy", NULL, &vsz) !=
+            RD_KAFKA_CONF_OK || !vsz)
+        return false;
+    char *val = dd_xcalloc(1, vsz + 1, "assignment strategy");
+    rd_kafka_conf_get(kc, "partition.assignment.strategy", val, &vsz);
+    for (char *q = val; *q; q++)
+        *q = (char)tolower((unsigned char)*q);
+    bool refused = strstr(val, "cooperative") != NULL;
+    free(val);
+    if (refused)
+        dd_errstr_set(errstr, errstr_size,
+                      "config: kafka.partition.assignment.strategy: "
+                      "cooperative-sticky is refused: dedupd's rebalance "
+                      "(drain, release, changelog restore) is built for the "
+                      "eager protocol; librdkafka 2.0.2 has cooperative bugs "
+                      "(duplicates fixed in 2.4.0, rebalance loop in 2.6.1)");
+    return refused;
+}
+
 /* The jobs topic's consumer: group consumer.group_id, offsets stored by the
  * pipeline only and auto-committed, eager assignors, subscribed. */
 static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
@@ -1563,17 +1590,9 @@ static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
     dd_err_t err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
     if (err)
         return err;
-    /* Eager assignors unless the operator chose through kafka.*; librdkafka
-     * 2.0.2's cooperative-sticky has known bugs (DESIGN.md section 6). */
-    char val[64];
-    size_t vsz = sizeof(val);
-    if (rd_kafka_conf_get(kc, "partition.assignment.strategy", val, &vsz) ==
-            RD_KAFKA_CONF_OK &&
-        strstr(val, "cooperative") && rd_kafka_version() < 0x020601ff) {
-        dd_errstr_set(errstr, errstr_size,
-                      "config: kafka.partition.assignment.strategy: "
-                      "cooperative-sticky needs librdkafka >= 2.6.1, linked "
-                      "is %s", rd_kafka_version_str());
+    /* Eager assignors only (DESIGN.md section 6): a cooperative one is
+     * refused whatever the librdkafka version. */
+    if (strategy_refused(kc, errstr, errstr_size)) {
         rd_kafka_conf_destroy(kc);
         return DD_ERR_INVAL;
     }

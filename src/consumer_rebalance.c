@@ -17,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "api.h"
 #include "changelog.h"
@@ -247,10 +248,13 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
     if (!lost)
         revoke_drain(pl, ids, n);
     struct partitions_plan plan;
-    partitions_revoke(pl->parts, ids, n, &plan);
-    if (!lost && plan.n_store)
+    if (lost)
+        partitions_lose(pl->parts, ids, n, &plan);
+    else
+        partitions_revoke(pl->parts, ids, n, &plan);
+    if (plan.n_store)
         consumer_offsets_store(pl, plan.store, plan.n_store);
-    if (!lost && plan.commit)
+    if (plan.commit)
         rd_kafka_commit(rk, NULL, 0);
     if (lost)
         log_msg(LOG_WARNING, "consumer",
@@ -264,12 +268,28 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
     free(ids);
 }
 
+/* A cooperative (incremental) rebalance cannot happen: consumer_new()
+ * refuses the cooperative assignors; should one come anyway, the process
+ * stops at once (exit 1) without taking the partitions: the drain, release
+ * and restore here are built for eager revocations of everything. */
 void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                            rd_kafka_topic_partition_list_t *parts,
                            void *opaque)
 {
     struct consumer *c = opaque;
     struct pipeline *pl = c->pl;
+    const char *proto = rd_kafka_rebalance_protocol(rk);
+    if (proto && !strcmp(proto, "COOPERATIVE")) {
+        log_msg(LOG_CRIT, "consumer",
+                "rebalance protocol COOPERATIVE (%s of %d partitions): "
+                "dedupd's rebalance (drain, release, restore of the "
+                "changelog) is built for the eager protocol; stopping "
+                "without taking the partitions (exit 1)",
+                err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS ? "assignment"
+                                                           : "revocation",
+                parts->cnt);
+        _exit(1); /* crash-safe: unacknowledged jobs are redelivered */
+    }
     if (!pl) { /* outside a run: follow the group, decide nothing */
         rd_kafka_assign(rk, err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS
                                 ? parts : NULL);

@@ -7,21 +7,27 @@
 
 #include "dd.h"
 
-/* One tracked message, in consumption order. */
+/* One entry of a partition's queue: a tracked message, in consumption
+ * order. */
 struct entry {
     int64_t offset;
     bool done;
 };
 
+/* A partition's queue is a ring of cap entries (a power of two, or 0): the
+ * entry of sequence number s is e[s & (cap - 1)] for head <= s < tail. */
 struct part {
     uint32_t epoch;       /* bumped at every assignment and revocation */
     bool assigned;
     bool eof;
     bool dirty;           /* commit_at moved, not handed out yet */
-    int64_t commit_at;    /* next offset to store (every earlier one done);
-                             -1 until it moves in this epoch */
-    struct entry *e;      /* e[head..n) not yet passed by commit_at */
-    size_t head, n, cap;
+    int64_t commit_at;    /* next offset to store (the last popped entry's
+                             offset + 1); -1 until it moves in this epoch */
+    struct entry *e;
+    uint64_t head;        /* seq of the first entry not yet popped */
+    uint64_t tail;        /* seq of the next entry tracked */
+    size_t cap;
+    size_t undone;        /* entries in [head, tail) not done */
 };
 
 struct partitions {
@@ -76,24 +82,55 @@ static void commit_move(struct partitions *p, struct part *t, int64_t at)
     p->dirty = true;
 }
 
+/* Double \p t's ring, keeping each entry at its sequence number's slot. */
+static void ring_grow(struct part *t)
+{
+    size_t cap = t->cap ? t->cap * 2 : 1024;
+    struct entry *e = dd_xcalloc(cap, sizeof(*e), "partition tracker");
+    for (uint64_t s = t->head; s != t->tail; s++)
+        e[s & (cap - 1)] = t->e[s & (t->cap - 1)];
+    free(t->e);
+    t->e = e;
+    t->cap = cap;
+}
+
+/* Append an entry at the tail of \p t's queue; returns its seq. */
+static uint64_t ring_push(struct part *t, int64_t offset, bool done)
+{
+    if (t->tail - t->head == t->cap)
+        ring_grow(t);
+    struct entry *x = &t->e[t->tail & (t->cap - 1)];
+    x->offset = offset;
+    x->done = done;
+    t->undone += !done;
+    return t->tail++;
+}
+
 void partitions_track(struct partitions *p, int32_t partition, int64_t offset,
                       struct partitions_msg *out)
 {
     struct part *t = part_get(p, partition);
-    /* compact once the passed prefix is at least half the array */
-    if (t->head > 0 && t->head * 2 >= t->n) {
-        memmove(t->e, t->e + t->head, (t->n - t->head) * sizeof(*t->e));
-        t->n -= t->head;
-        t->head = 0;
+    uint64_t seq = ring_push(t, offset, false);
+    *out = (struct partitions_msg){partition, t->epoch, seq, offset};
+}
+
+/* Pop the done prefix of \p t's queue; move the commit point past its last
+ * entry.  Returns true when something was popped. */
+static bool pop_done_prefix(struct partitions *p, struct part *t)
+{
+    bool popped = false;
+    int64_t at = -1;
+    while (t->head != t->tail) {
+        const struct entry *x = &t->e[t->head & (t->cap - 1)];
+        if (!x->done)
+            break;
+        at = x->offset + 1;
+        t->head++;
+        popped = true;
     }
-    if (t->n == t->cap) {
-        t->cap = t->cap ? t->cap * 2 : 1024;
-        t->e = dd_xrealloc(t->e, t->cap * sizeof(*t->e), "partition tracker");
-    }
-    t->e[t->n].offset = offset;
-    t->e[t->n].done = false;
-    t->n++;
-    *out = (struct partitions_msg){partition, t->epoch, offset};
+    if (popped)
+        commit_move(p, t, at);
+    return popped;
 }
 
 bool partitions_done(struct partitions *p, const struct partitions_msg *m)
@@ -101,41 +138,32 @@ bool partitions_done(struct partitions *p, const struct partitions_msg *m)
     struct part *t = part_get(p, m->partition);
     if (m->epoch != t->epoch || !t->assigned)
         return false; /* void: revoked, or re-assigned since */
-    size_t lo = t->head, hi = t->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (t->e[mid].offset < m->offset)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo < t->n && t->e[lo].offset == m->offset)
-        t->e[lo].done = true;
-    int64_t at = -1;
-    while (t->head < t->n && t->e[t->head].done) {
-        at = t->e[t->head].offset + 1;
-        t->head++;
-    }
-    if (at < 0)
-        return false;
-    commit_move(p, t, at);
-    return true;
+    if (m->seq < t->head || m->seq >= t->tail)
+        return false; /* popped already (reported twice), or not ours */
+    struct entry *x = &t->e[m->seq & (t->cap - 1)];
+    if (x->done)
+        return false; /* reported twice */
+    x->done = true;
+    t->undone--;
+    if (m->seq != t->head)
+        return false; /* behind an entry not done: just marked */
+    return pop_done_prefix(p, t);
 }
 
 void partitions_decided(struct partitions *p, int32_t partition,
                         int64_t offset)
 {
     struct part *t = part_get(p, partition);
-    if (t->head == t->n) {
+    if (!t->assigned)
+        return; /* its completion would be void */
+    if (t->head == t->tail) {
         /* Nothing of this partition is outstanding: the offset moves on at
-         * once, with no tracking entry (the replay-storm path). */
-        if (t->assigned)
-            commit_move(p, t, offset + 1);
+         * once, with no queue entry (the replay-storm path). */
+        commit_move(p, t, offset + 1);
         return;
     }
-    struct partitions_msg m;
-    partitions_track(p, partition, offset, &m);
-    partitions_done(p, &m);
+    /* Behind outstanding work: a done entry, passed with the prefix. */
+    ring_push(t, offset, true);
 }
 
 bool partitions_commit_pending(const struct partitions *p)
@@ -185,7 +213,7 @@ bool partitions_assigned(const struct partitions *p, int32_t partition)
 size_t partitions_outstanding(const struct partitions *p, int32_t partition)
 {
     const struct part *t = part_find(p, partition);
-    return t ? t->n - t->head : 0;
+    return t ? (size_t)(t->tail - t->head) : 0;
 }
 
 void partitions_eof_set(struct partitions *p, int32_t partition, bool eof)
@@ -211,15 +239,6 @@ bool partitions_ever_assigned(const struct partitions *p)
     return p->ever_assigned;
 }
 
-/* Messages tracked and not done: their completions are void from now on. */
-static size_t part_undone(const struct part *t)
-{
-    size_t k = 0;
-    for (size_t i = t->head; i < t->n; i++)
-        k += !t->e[i].done;
-    return k;
-}
-
 void partitions_assign(struct partitions *p, const int32_t *ids, size_t n,
                        struct partitions_plan *plan)
 {
@@ -227,16 +246,32 @@ void partitions_assign(struct partitions *p, const int32_t *ids, size_t n,
     for (size_t i = 0; i < n; i++) {
         struct part *t = part_get(p, ids[i]);
         if (t->assigned) /* assigned again without a revoke in between */
-            plan->n_void += part_undone(t);
+            plan->n_void += t->undone;
         t->epoch++;
         t->assigned = true;
         t->eof = false;
         t->dirty = false;
         t->commit_at = -1;
-        t->head = t->n = 0;
+        /* an empty queue; seqs go on, so no earlier handle names an entry */
+        t->head = t->tail;
+        t->undone = 0;
     }
     p->ever_assigned = true;
     plan->ready = true;
+}
+
+/* The \p n partitions \p ids are given up: no longer assigned, a new epoch
+ * (late completions are void); their undone entries counted in \p plan. */
+static void give_up(struct partitions *p, const int32_t *ids, size_t n,
+                    struct partitions_plan *plan)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct part *t = part_get(p, ids[i]);
+        if (t->assigned)
+            plan->n_void += t->undone;
+        t->assigned = false;
+        t->epoch++;
+    }
 }
 
 void partitions_revoke(struct partitions *p, const int32_t *ids, size_t n,
@@ -251,13 +286,17 @@ void partitions_revoke(struct partitions *p, const int32_t *ids, size_t n,
         plan->n_store = partitions_commit_take(p, plan->store, p->n);
     }
     plan->commit = true;
-    for (size_t i = 0; i < n; i++) {
-        struct part *t = part_get(p, ids[i]);
-        if (t->assigned)
-            plan->n_void += part_undone(t);
-        t->assigned = false;
-        t->epoch++;
-    }
+    give_up(p, ids, n, plan);
+}
+
+void partitions_lose(struct partitions *p, const int32_t *ids, size_t n,
+                     struct partitions_plan *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    /* Another member owns them already: nothing of theirs is stored or
+     * committed.  Their pending moves are dropped by partitions_commit_take
+     * (not assigned); other partitions' moves stay pending. */
+    give_up(p, ids, n, plan);
 }
 
 void partitions_plan_fini(struct partitions_plan *plan)

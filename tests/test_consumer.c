@@ -240,7 +240,8 @@ static void origin_start(void)
 
 /* ---- running the pipeline --------------------------------------------------- */
 
-static struct cfg *cfg_for_test(void)
+/* The test config, with \p extra (one more DEDUPD_* variable) unless NULL. */
+static struct cfg *cfg_for_test_with(const char *extra)
 {
     char boot[300], store[128];
     snprintf(boot, sizeof(boot), "DEDUPD_BROKER__BOOTSTRAP_SERVERS=%s",
@@ -262,12 +263,18 @@ static struct cfg *cfg_for_test(void)
                     * cluster may wait out its session) */
                    "DEDUPD_KAFKA__SESSION__TIMEOUT__MS=6000",
                    "DEDUPD_KAFKA__HEARTBEAT__INTERVAL__MS=500",
+                   (char *)extra,
                    NULL};
     struct cfg *cfg = NULL;
     char e[512];
     ck_assert_msg(cfg_load(NULL, env, &cfg, e, sizeof(e)) == DD_OK, "%s", e);
     log_configure(log_level_parse(cfg->log_level), cfg->log_debug);
     return cfg;
+}
+
+static struct cfg *cfg_for_test(void)
+{
+    return cfg_for_test_with(NULL);
 }
 
 /* One `run --exit-when-idle 1000` (shadow or not) over what the jobs topic
@@ -495,6 +502,44 @@ START_TEST(test_consumer_fetches_each_logical_job_once_from_the_origin)
 }
 END_TEST
 
+/* A cooperative assignor through kafka.* is refused at start-up, whatever
+ * the librdkafka version: DD_ERR_INVAL (exit 2 from `run`), the reason in
+ * errstr, no Kafka consumer created. */
+START_TEST(test_consumer_cooperative_assignor_is_refused_at_start_up)
+{
+    const char *values[] = {"cooperative-sticky", "roundrobin,COOPERATIVE-STICKY"};
+    for (size_t i = 0; i < 2; i++) {
+        char var[128];
+        snprintf(var, sizeof(var),
+                 "DEDUPD_KAFKA__PARTITION__ASSIGNMENT__STRATEGY=%s", values[i]);
+        struct cfg *cfg = cfg_for_test_with(var);
+        struct consumer_handles h;
+        char e[DD_ERRSTR_SIZE] = "";
+        dd_err_t err = consumer_handles_open(cfg, true, &h, e, sizeof(e));
+        ck_assert_int_eq(err, DD_ERR_INVAL);
+        ck_assert_ptr_null(h.consumer);
+        ck_assert_msg(strstr(e, "config: kafka.partition.assignment.strategy: "
+                                "cooperative-sticky is refused") &&
+                          strstr(e, "eager protocol") &&
+                          strstr(e, "2.6.1)"),
+                      "errstr: %s", e);
+        consumer_handles_close(&h);
+        cfg_destroy(cfg);
+    }
+
+    /* the eager assignors are taken */
+    struct cfg *cfg = cfg_for_test_with(
+        "DEDUPD_KAFKA__PARTITION__ASSIGNMENT__STRATEGY=range,roundrobin");
+    struct consumer_handles h;
+    char e[DD_ERRSTR_SIZE] = "";
+    ck_assert_msg(consumer_handles_open(cfg, true, &h, e, sizeof(e)) == DD_OK,
+                  "%s", e);
+    ck_assert_ptr_nonnull(h.consumer);
+    consumer_handles_close(&h);
+    cfg_destroy(cfg);
+}
+END_TEST
+
 Suite *consumer_suite(void)
 {
     Suite *s = suite_create("consumer");
@@ -503,6 +548,7 @@ Suite *consumer_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_consumer_shadow_one_result_per_job_and_duplicates_decided);
     tcase_add_test(tc, test_consumer_fetches_each_logical_job_once_from_the_origin);
+    tcase_add_test(tc, test_consumer_cooperative_assignor_is_refused_at_start_up);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,7 +1,10 @@
-/* Unit tests of partitions.c: the per-partition done tracking, the commit
- * point (only over a prefix of done offsets), the assignment epochs (a
- * revoked or re-assigned partition voids late completions) and the rebalance
- * decisions, with exact offsets.  No Kafka: partitions are plain ids. */
+/* Unit tests of partitions.c: the per-partition done tracking in consumption
+ * order (offsets that go backwards, repeat or skip), the commit point (only
+ * over a done prefix of the queue), the assignment epochs (a revoked or
+ * re-assigned partition voids late completions) and the rebalance decisions
+ * (revoke, lost assignment), with exact offsets.  No Kafka: partitions are
+ * plain ids.  Tests that say "old tracker" fail on the tracker that assumed
+ * increasing offsets and found a message's entry by a sorted search. */
 
 #include <check.h>
 #include <stdint.h>
@@ -169,6 +172,183 @@ START_TEST(test_partitions_commit_take_in_partition_order_within_cap)
 }
 END_TEST
 
+/* ---- consumption order: offsets backwards, repeated, with gaps ------------ */
+
+/* Old tracker: the sorted search finds neither 5 nor 6 nor (once 10 and 11
+ * are passed) 12, and the commit point freezes at 12. */
+START_TEST(test_partitions_backwards_offsets_keep_consumption_order)
+{
+    assign1(0);
+    const int64_t off[] = {10, 11, 12, 5, 6}; /* a seek back to 5 */
+    struct partitions_msg m[5];
+    for (int i = 0; i < 5; i++)
+        partitions_track(P, 0, off[i], &m[i]);
+    ck_assert_int_eq(m[3].offset, 5);
+
+    /* 5 and 6 are done first: they are behind 10, nothing moves */
+    ck_assert(!partitions_done(P, &m[3]));
+    ck_assert(!partitions_done(P, &m[4]));
+    ck_assert(!partitions_done(P, &m[1]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), -1);
+    ck_assert(partitions_done(P, &m[0]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 12);
+    struct partitions_offset o[64];
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].offset, 12);
+
+    /* 12 done: the point passes 12, 5 and 6 and ends after 6, lower than
+     * before (what follows 6 is consumed again and found duplicate) */
+    ck_assert(partitions_done(P, &m[2]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 7);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 0);
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].partition, 0);
+    ck_assert_int_eq(o[0].offset, 7);
+}
+END_TEST
+
+/* Old tracker: the done of the second 5 marks the first 5 (same offset),
+ * and the commit point passes a message whose work is not done. */
+START_TEST(test_partitions_repeated_offset_is_two_entries)
+{
+    assign1(0);
+    struct partitions_msg a, b, c, d;
+    partitions_track(P, 0, 5, &a);
+    partitions_track(P, 0, 6, &b);
+    partitions_track(P, 0, 5, &c); /* consumed again (a seek back) */
+    partitions_track(P, 0, 6, &d);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 4);
+
+    ck_assert(!partitions_done(P, &c)); /* a is not done: nothing moves */
+    ck_assert_int_eq(partitions_commit_point(P, 0), -1);
+    ck_assert(!partitions_done(P, &c)); /* reported twice: ignored */
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 4);
+
+    ck_assert(partitions_done(P, &a));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 6);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 3);
+    ck_assert(!partitions_done(P, &a)); /* popped already: ignored */
+
+    /* b passes b and c: the point ends after c's 5 */
+    ck_assert(partitions_done(P, &b));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 6);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 1);
+    ck_assert(partitions_done(P, &d));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 7);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 0);
+}
+END_TEST
+
+START_TEST(test_partitions_gaps_are_passed_over)
+{
+    assign1(0);
+    /* a compacted topic or transaction markers: offsets skip */
+    const int64_t off[] = {10, 13, 20, 21};
+    struct partitions_msg m[4];
+    for (int i = 0; i < 4; i++)
+        partitions_track(P, 0, off[i], &m[i]);
+    ck_assert(!partitions_done(P, &m[1]));
+    ck_assert(!partitions_done(P, &m[2]));
+    ck_assert(partitions_done(P, &m[0]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 21);
+    ck_assert(partitions_done(P, &m[3]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 22);
+    partitions_decided(P, 0, 40); /* nothing outstanding: at once */
+    ck_assert_int_eq(partitions_commit_point(P, 0), 41);
+    struct partitions_offset o[64];
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].offset, 41);
+}
+END_TEST
+
+/* Old tracker: after the reset the sorted search over 102..104, 0..2 finds
+ * none of them, and the commit point freezes at 102. */
+START_TEST(test_partitions_reset_mid_stream_done_out_of_order)
+{
+    assign1(1);
+    struct partitions_msg hi[5], lo[2];
+    for (int i = 0; i < 5; i++)
+        partitions_track(P, 1, 100 + i, &hi[i]);
+    ck_assert(!partitions_done(P, &hi[1]));
+    ck_assert(partitions_done(P, &hi[0]));
+    ck_assert_int_eq(partitions_commit_point(P, 1), 102);
+    struct partitions_offset o[64];
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].offset, 102);
+
+    /* OFFSET_OUT_OF_RANGE: auto.offset.reset=earliest starts again at 0;
+     * 1 is a duplicate decided on the fast path, behind outstanding work */
+    partitions_track(P, 1, 0, &lo[0]);
+    partitions_decided(P, 1, 1);
+    partitions_track(P, 1, 2, &lo[1]);
+    ck_assert_uint_eq(partitions_outstanding(P, 1), 6);
+
+    /* the new messages finish first, then the old ones, last to first */
+    ck_assert(!partitions_done(P, &lo[1]));
+    ck_assert(!partitions_done(P, &lo[0]));
+    ck_assert(!partitions_done(P, &hi[4]));
+    ck_assert(!partitions_done(P, &hi[3]));
+    ck_assert_int_eq(partitions_commit_point(P, 1), 102);
+    ck_assert(!partitions_commit_pending(P));
+    ck_assert(partitions_done(P, &hi[2]));
+    ck_assert_int_eq(partitions_commit_point(P, 1), 3);
+    ck_assert_uint_eq(partitions_outstanding(P, 1), 0);
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].partition, 1);
+    ck_assert_int_eq(o[0].offset, 3);
+}
+END_TEST
+
+/* Old tracker: the sorted search over 50, 40, 41 finds none of them, and
+ * the commit point never moves. */
+START_TEST(test_partitions_decided_behind_work_at_lower_offsets)
+{
+    assign1(0);
+    struct partitions_msg a;
+    partitions_track(P, 0, 50, &a);
+    partitions_decided(P, 0, 40);
+    partitions_decided(P, 0, 41);
+    ck_assert_int_eq(partitions_commit_point(P, 0), -1);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 3);
+    ck_assert(partitions_done(P, &a));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 42);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 0);
+
+    /* nothing outstanding: a lower decided offset moves the point back */
+    partitions_decided(P, 0, 7);
+    ck_assert_int_eq(partitions_commit_point(P, 0), 8);
+    struct partitions_offset o[64];
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].offset, 8);
+}
+END_TEST
+
+/* The queue's ring wraps and grows with its head in the middle; entries keep
+ * their order and their handles. */
+START_TEST(test_partitions_ring_wraps_and_grows_in_consumption_order)
+{
+    assign1(0);
+    enum { N = 5050 };
+    struct partitions_msg *m = calloc(N, sizeof(*m));
+    /* offsets cycle: 0..99, 0..99, ... (a seek back every 100 messages) */
+    for (int i = 0; i < 700; i++)
+        partitions_track(P, 0, i % 100, &m[i]);
+    for (int i = 0; i < 600; i++)
+        ck_assert(partitions_done(P, &m[i]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 100);
+    for (int i = 700; i < N; i++) /* wraps, then grows past 1024 */
+        partitions_track(P, 0, i % 100, &m[i]);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), N - 600);
+    for (int i = N - 1; i > 600; i--)
+        ck_assert(!partitions_done(P, &m[i]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 100);
+    ck_assert(partitions_done(P, &m[600]));
+    ck_assert_int_eq(partitions_commit_point(P, 0), (N - 1) % 100 + 1);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 0);
+    free(m);
+}
+END_TEST
+
 /* ---- epochs: revoke and re-assignment ------------------------------------- */
 
 START_TEST(test_partitions_late_completion_after_revoke_is_void)
@@ -259,6 +439,32 @@ START_TEST(test_partitions_assign_without_revoke_voids_what_was_tracked)
 }
 END_TEST
 
+/* A handle of an earlier epoch names no entry of the new queue, even at the
+ * same offset; nor does a handle with a forged epoch.  Old tracker: an old
+ * handle given the current epoch marks the new entry at its offset. */
+START_TEST(test_partitions_earlier_epoch_handle_does_not_mark_a_new_entry)
+{
+    assign1(0);
+    struct partitions_msg old, cur;
+    partitions_track(P, 0, 7, &old);
+    assign1(0); /* assigned again without a revoke: a new epoch */
+    partitions_track(P, 0, 7, &cur);
+    ck_assert_uint_ne(old.epoch, cur.epoch);
+    ck_assert(!partitions_done(P, &old));
+    ck_assert_int_eq(partitions_commit_point(P, 0), -1);
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 1);
+    struct partitions_msg forged = cur;
+    forged.epoch = old.epoch;
+    ck_assert(!partitions_done(P, &forged));
+    forged = old;
+    forged.epoch = cur.epoch; /* an old seq under the current epoch */
+    ck_assert(!partitions_done(P, &forged));
+    ck_assert_uint_eq(partitions_outstanding(P, 0), 1);
+    ck_assert(partitions_done(P, &cur));
+    ck_assert_int_eq(partitions_commit_point(P, 0), 8);
+}
+END_TEST
+
 /* ---- rebalance decisions ---------------------------------------------------- */
 
 START_TEST(test_partitions_assign_plan_reports_ready_and_commits_nothing)
@@ -333,6 +539,51 @@ START_TEST(test_partitions_revoke_with_nothing_moved_stores_nothing)
 }
 END_TEST
 
+/* Old behaviour (revoke on a lost assignment): the moved points of the lost
+ * partitions are stored and committed. */
+START_TEST(test_partitions_lose_plan_stores_and_commits_nothing)
+{
+    const int32_t ids[] = {0, 3};
+    assign(ids, 2);
+    partitions_decided(P, 0, 4);           /* p0 -> 5, not handed out */
+    struct partitions_msg m[3];
+    for (int i = 0; i < 3; i++)
+        partitions_track(P, 3, 7 + i, &m[i]);
+    ck_assert(partitions_done(P, &m[0]));  /* p3 -> 8, not handed out */
+
+    int32_t gone = 3;
+    struct partitions_plan plan;
+    partitions_lose(P, &gone, 1, &plan);
+    ck_assert(!plan.commit);
+    ck_assert(!plan.ready);
+    ck_assert_uint_eq(plan.n_store, 0);
+    ck_assert_ptr_null(plan.store);
+    ck_assert_uint_eq(plan.n_void, 2);     /* offsets 8 and 9 */
+    partitions_plan_fini(&plan);
+    ck_assert(!partitions_assigned(P, 3));
+    ck_assert_uint_eq(partitions_epoch(P, 3), 2);
+
+    /* late completions are void; p3's move is dropped, p0's still pending */
+    ck_assert(!partitions_done(P, &m[1]));
+    ck_assert(partitions_commit_pending(P));
+    struct partitions_offset o[64];
+    take_expect(1, o);
+    ck_assert_int_eq(o[0].partition, 0);
+    ck_assert_int_eq(o[0].offset, 5);
+
+    /* the whole assignment lost (eager: every partition at once) */
+    partitions_decided(P, 0, 5);
+    gone = 0;
+    partitions_lose(P, &gone, 1, &plan);
+    ck_assert(!plan.commit);
+    ck_assert_uint_eq(plan.n_store, 0);
+    ck_assert_uint_eq(plan.n_void, 0);
+    partitions_plan_fini(&plan);
+    take_expect(0, o);
+    ck_assert(!partitions_assigned(P, 0));
+}
+END_TEST
+
 START_TEST(test_partitions_all_eof_over_assigned_partitions_only)
 {
     ck_assert(!partitions_all_eof(P)); /* nothing assigned */
@@ -371,11 +622,22 @@ Suite *partitions_suite(void)
     tcase_add_test(tc, test_partitions_commit_take_in_partition_order_within_cap);
     suite_add_tcase(s, tc);
 
+    TCase *to = tcase_create("consumption_order");
+    tcase_add_checked_fixture(to, setup, teardown);
+    tcase_add_test(to, test_partitions_backwards_offsets_keep_consumption_order);
+    tcase_add_test(to, test_partitions_repeated_offset_is_two_entries);
+    tcase_add_test(to, test_partitions_gaps_are_passed_over);
+    tcase_add_test(to, test_partitions_reset_mid_stream_done_out_of_order);
+    tcase_add_test(to, test_partitions_decided_behind_work_at_lower_offsets);
+    tcase_add_test(to, test_partitions_ring_wraps_and_grows_in_consumption_order);
+    suite_add_tcase(s, to);
+
     TCase *te = tcase_create("epochs");
     tcase_add_checked_fixture(te, setup, teardown);
     tcase_add_test(te, test_partitions_late_completion_after_revoke_is_void);
     tcase_add_test(te, test_partitions_reassignment_gets_a_new_epoch_and_empty_tracker);
     tcase_add_test(te, test_partitions_assign_without_revoke_voids_what_was_tracked);
+    tcase_add_test(te, test_partitions_earlier_epoch_handle_does_not_mark_a_new_entry);
     suite_add_tcase(s, te);
 
     TCase *tr = tcase_create("rebalance_decisions");
@@ -383,6 +645,7 @@ Suite *partitions_suite(void)
     tcase_add_test(tr, test_partitions_assign_plan_reports_ready_and_commits_nothing);
     tcase_add_test(tr, test_partitions_revoke_plan_stores_every_move_then_gives_up);
     tcase_add_test(tr, test_partitions_revoke_with_nothing_moved_stores_nothing);
+    tcase_add_test(tr, test_partitions_lose_plan_stores_and_commits_nothing);
     tcase_add_test(tr, test_partitions_all_eof_over_assigned_partitions_only);
     suite_add_tcase(s, tr);
     return s;

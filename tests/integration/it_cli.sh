@@ -14,6 +14,7 @@
 #            event_key and a newer fetched_at
 #   redrive  --dry-run sends nothing and counts what it would do; without
 #            --all still-invalid records stay; --all sends those too
+#   run      exit 2 with the reason when kafka.* picks a cooperative assignor
 source "$(dirname "$0")/lib.sh"
 IDLE_MS=1500 # each run ends 1.5 s after its last message
 
@@ -154,3 +155,11 @@ expect_eq "$(count_topic "$T.jobs")" "$((jobs_before + 2))" "jobs topic after --
 # (topic_dump reads partition by partition: count, do not rely on order)
 expect_eq "$(topic_dump "$T.jobs" | jq -r .payload | grep -c '^still not json$')" 2 \
   "the still-invalid record was sent as it was (the original and the redriven copy)"
+
+# ---- run refuses a cooperative assignor ------------------------------------
+rc=0; DEDUPD_KAFKA__PARTITION__ASSIGNMENT__STRATEGY=cooperative-sticky DEDUPD_STORE__PATH=$WORK/coop \
+  DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN= "$DEDUPD" run -c "$CFG" >/dev/null 2>"$WORK/coop.err" || rc=$?
+expect_eq "$rc" 2 "run exit status with kafka.partition.assignment.strategy=cooperative-sticky"
+grep -qF "config: kafka.partition.assignment.strategy: cooperative-sticky is refused: dedupd's rebalance (drain, release, changelog restore) is built for the eager protocol" "$WORK/coop.err" ||
+  fail "run's reason for refusing cooperative-sticky: $(cat "$WORK/coop.err")"
+ok "run says why cooperative-sticky is refused"
