@@ -18,7 +18,8 @@ export DEDUPD_KAFKA__GROUP__INSTANCE__ID=$T
 export DEDUPD_INSTANCE__ID=$T
 export DEDUPD_STORE__PATH=$WORK/store DEDUPD_TAIL__STORE_PATH=$WORK/tail
 export DEDUPD_LOG__LEVEL=info
-"$DEDUPD" topics -c "$CFG" --partitions 4 >/dev/null
+# PARTITIONS (set before sourcing): partitions of the test's topics (default 4).
+"$DEDUPD" topics -c "$CFG" --partitions "${PARTITIONS:-4}" >/dev/null
 
 # fail WHY: the test fails.  Called inside $( ) or a pipeline, it ends the
 # test's own shell too (else a failing helper would only end its subshell and
@@ -206,4 +207,155 @@ direct_origin_cleanup() {
   stop_fixtures
   wait 2>/dev/null || true
   rm -rf "$WORK"
+}
+
+# ---- several instances in one consumer group (the scale-out tests) ----------
+# multi_setup: from here on `dedupd run`s are members of one group that leave it
+# on SIGTERM (no static membership: the local config's kafka.group.instance.id
+# is dropped from a copy of it, and lib.sh's DEDUPD_KAFKA__GROUP__INSTANCE__ID
+# unset; a static member sends no LeaveGroup, KIP-345), and a member killed
+# with -9 is dropped after 6 s (session.timeout.ms, the broker's minimum).
+# Instances still running at exit are killed.
+declare -A INST_PID=() INST_FROM=() INST_LOG=()
+multi_setup() {
+  jq 'del(.kafka["group.instance.id"])' "$CFG" >"$WORK/multi.json"
+  CFG=$WORK/multi.json
+  unset DEDUPD_KAFKA__GROUP__INSTANCE__ID
+  export DEDUPD_KAFKA__SESSION__TIMEOUT__MS=${MULTI_SESSION_TIMEOUT_MS:-6000}
+  export DEDUPD_KAFKA__HEARTBEAT__INTERVAL__MS=1000
+  trap multi_cleanup EXIT
+}
+multi_cleanup() {
+  local n
+  for n in "${!INST_PID[@]}"; do kill -9 "${INST_PID[$n]}" 2>/dev/null || true; done
+  stop_fixtures
+  wait 2>/dev/null || true
+  if [ -n "${KEEP_WORK:-}" ]; then echo "work dir kept: $WORK" >&2; else rm -rf "$WORK"; fi
+}
+# inst_start NAME [VAR=VALUE...]: starts `dedupd run` instance NAME in the
+# background with instance.id $T-NAME, its store $WORK/store.NAME and its log
+# $WORK/NAME.log (appended: a restart of NAME adds to it), plus the given
+# environment (e.g. DEDUPD_INSTANCE__ID=other to restart NAME under another
+# id); extra run arguments in INST_ARGS.  Admin and api listeners bind port 0
+# (inst_port reads the admin port from the log).
+inst_start() {
+  local n=$1; shift
+  local log=$WORK/$n.log
+  touch "$log"
+  INST_LOG[$n]=$log
+  INST_FROM[$n]=$(( $(wc -l <"$log") + 1 ))
+  # shellcheck disable=SC2086
+  env DEDUPD_INSTANCE__ID="$T-$n" DEDUPD_STORE__PATH="$WORK/store.$n" "$@" \
+    "$DEDUPD" run -c "$CFG" ${INST_ARGS:-} 2>>"$log" &
+  INST_PID[$n]=$!
+  echo "$(date +%T.%N | cut -c1-12) start $n (pid ${INST_PID[$n]}${*:+, $*})" >>"$WORK/events"
+}
+# inst_port NAME: admin port of NAME's current run (waits for it up to 15 s).
+inst_port() { admin_port "${INST_LOG[$1]}" "${INST_FROM[$1]}"; }
+# inst_metric NAME SERIES: one series of NAME's /metrics ("absent" if not
+# there; "down" if /metrics does not answer).
+inst_metric() {
+  local m
+  m=$(curl -fsS --max-time 2 "http://127.0.0.1:$(inst_port "$1")/metrics" 2>/dev/null) || { echo down; return 0; }
+  metric "$2" <<<"$m"
+}
+# inst_ready NAME [TRIES]: until NAME's /readyz answers 200 (0.1 s steps,
+# default 300); fails the test with its log's tail if it never does or NAME
+# exited.
+inst_ready() {
+  local port
+  port=$(inst_port "$1")
+  for _ in $(seq 1 "${2:-300}"); do
+    kill -0 "${INST_PID[$1]}" 2>/dev/null || fail "instance $1 exited before it was ready: $(tail -n 5 "${INST_LOG[$1]}")"
+    curl -fs --max-time 1 "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  fail "instance $1 not ready (/readyz) after $(( ${2:-300} / 10 )) s: $(tail -n 5 "${INST_LOG[$1]}")"
+}
+# inst_stop NAME: SIGTERM, wait for its exit; it must exit 0.
+inst_stop() {
+  local pid=${INST_PID[$1]} rc=0
+  echo "$(date +%T.%N | cut -c1-12) SIGTERM $1" >>"$WORK/events"
+  kill -TERM "$pid" 2>/dev/null || fail "instance $1 was gone before its SIGTERM: $(tail -n 5 "${INST_LOG[$1]}")"
+  wait "$pid" 2>/dev/null || rc=$?
+  unset "INST_PID[$1]"
+  [ "$rc" = 0 ] || fail "instance $1 exited $rc after SIGTERM: $(tail -n 5 "${INST_LOG[$1]}")"
+}
+# inst_kill NAME: SIGKILL; it must have been alive (status 137).
+inst_kill() {
+  local pid=${INST_PID[$1]} rc=0
+  echo "$(date +%T.%N | cut -c1-12) SIGKILL $1" >>"$WORK/events"
+  kill -9 "$pid" 2>/dev/null || fail "instance $1 was gone before its kill: $(tail -n 5 "${INST_LOG[$1]}")"
+  wait "$pid" 2>/dev/null || rc=$?
+  unset "INST_PID[$1]"
+  [ "$rc" = 137 ] || fail "instance $1 ended with status $rc, not by the SIGKILL (137)"
+}
+# inst_assigned NAME: partitions NAME holds now, by its log (the last
+# "assigned N partitions" / "revoked N partitions" line of its current run).
+inst_assigned() {
+  awk -v from="${INST_FROM[$1]}" 'NR >= from && match($0, /"(assigned|revoked) [0-9]+ partitions/) {
+    s = substr($0, RSTART + 1, RLENGTH - 1); split(s, w, " "); n = (w[1] == "assigned") ? w[2] : 0}
+    END {print n + 0}' "${INST_LOG[$1]}"
+}
+# multi_wait_idle NPARTS NAME...: until the named running instances hold all
+# NPARTS partitions between them (by their logs) and each reports no consumer
+# lag, no op in flight and no outbox entry (/metrics, updated once a second)
+# three times in a row, 1 s apart.  Fails after MULTI_IDLE_LIMIT_S (180) s.
+multi_wait_idle() {
+  local nparts=$1 n sum busy calm=0 end=$(( $(date +%s) + ${MULTI_IDLE_LIMIT_S:-180} ))
+  shift
+  while (( calm < 3 )); do
+    (( $(date +%s) < end )) || fail "the instances ($*) were not idle within ${MULTI_IDLE_LIMIT_S:-180} s: $(multi_status "$@")"
+    sleep 1
+    sum=0 busy=0
+    for n in "$@"; do
+      kill -0 "${INST_PID[$n]}" 2>/dev/null || fail "instance $n exited: $(tail -n 5 "${INST_LOG[$n]}")"
+      sum=$(( sum + $(inst_assigned "$n") ))
+    done
+    if (( sum != nparts )); then calm=0; continue; fi
+    for n in "$@"; do
+      for s in dedupd_consumer_lag_messages dedupd_ops_inflight dedupd_outbox_pending; do
+        [ "$(inst_metric "$n" "$s")" = 0 ] || busy=1
+      done
+    done
+    if (( busy )); then calm=0; else calm=$(( calm + 1 )); fi
+  done
+}
+# multi_status NAME...: one line per instance: partitions, lag, in flight.
+multi_status() {
+  local n
+  for n in "$@"; do
+    printf '%s: %s partitions, lag %s, in flight %s, outbox %s; ' "$n" "$(inst_assigned "$n")" \
+      "$(inst_metric "$n" dedupd_consumer_lag_messages)" "$(inst_metric "$n" dedupd_ops_inflight)" \
+      "$(inst_metric "$n" dedupd_outbox_pending)"
+  done
+}
+# committed_lag GROUP: "PARTITIONS LAG": the partitions for which GROUP has a
+# committed offset and the messages past those offsets (the broker's answer,
+# kafka-consumer-groups --describe; run it once the members have left).
+committed_lag() {
+  java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto \
+    -Dlog4j.configuration="file:$STACK_DIR/kafka/tools-log4j.properties" -cp "$KAFKA_LIBS/*" \
+    org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server "$KAFKA_BOOTSTRAP" \
+    --describe --group "$1" >"$WORK/describe.out" 2>"$WORK/describe.err" ||
+    fail "kafka-consumer-groups --describe $1: $(tail -n 3 "$WORK/describe.err")"
+  awk -v g="$1" '$1 == g && $4 ~ /^[0-9]+$/ {n++; lag += $6} END {print n + 0, lag + 0}' "$WORK/describe.out"
+}
+# origin_200s MARK: successful origin answers to this test since MARK.
+origin_200s() { log_since "$1" | awk '$(NF-1) == 200' | wc -l; }
+# slow_pages N [MIN MAX]: N distinct URLs of the origin's /slow/ location
+# over its pages of MIN..MAX bytes (default 17000..34000), tagged with this
+# test's id and a sequence number (&n=I, so N may exceed the pages; OFFSET
+# starts the numbers elsewhere).  nginx sends 16 KiB/s per request after a first
+# 16 KiB at once: a default page takes 1..2 s, one under 16 KiB no time.
+slow_pages() {
+  local min=${2:-17000} max=${3:-34000}
+  local dir=${ORIGIN_DOCROOT:-/usr/share/doc/postgresql-doc-15/html}
+  [ -d "$dir" ] || fail "the origin's docroot $dir is missing (ORIGIN_DOCROOT)"
+  awk '/\.html$/ {sub(".*/docs/", ""); print}' "$ORIGIN_PAGES" | (cd "$dir" && xargs -r stat -c '%s %n') |
+    awk -v o="$ORIGIN_URL" -v min="$min" -v max="$max" '$1 >= min && $1 <= max {print o "/slow/" $2}' > "$WORK/slow.pages" ||
+    fail "cannot read the page sizes under $dir"
+  [ -s "$WORK/slow.pages" ] || fail "no page of $min..$max bytes under $dir"
+  awk -v n="$1" -v t="$T" -v o="${OFFSET:-0}" '{p[NR] = $0}
+    END {for (i = o; i < o + n; i++) print p[i % NR + 1] "?t=" t "&n=" i}' "$WORK/slow.pages"
 }

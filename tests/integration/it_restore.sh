@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Changelog restore (issue 12, DESIGN.md sections 4 and 6): the durable record
+# of every dedup decision is the changelog topic, the local RocksDB only a copy.
+# A pod replaced with an empty store (emptyDir) restores its partitions from the
+# changelog before it processes their messages, so duplicates of jobs fetched
+# before are not fetched again:
+#   1. N jobs fetched, dedupd stopped cleanly (SIGTERM), the store deleted,
+#      dedupd started again and fed two copies of each: 0 origin requests;
+#   2. the same after kill -9 (the store deleted again): M other jobs fetched
+#      (their results acknowledged), kill -9, store deleted, copies: 0 origin
+#      requests.
+# Counted from nginx's access log (this test's ?t= tag).
+source "$(dirname "$0")/lib.sh"
+export DEDUPD_FETCH__MAX_INFLIGHT=16
+
+# start_bg: a `dedupd run` in the background ($pid), its log run.N.log
+runs=0
+start_bg() {
+  runs=$((runs + 1)); log=$WORK/run.$runs.log
+  "$DEDUPD" run -c "$CFG" 2>"$log" &
+  pid=$!
+}
+trap '[ -n "${pid:-}" ] && kill -9 "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# wait_results N: until the run reports N results published (its /metrics)
+wait_results() {
+  local port v
+  port=$(admin_port "$log")
+  for _ in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || fail "dedupd exited: $(tail -n 3 "$log")"
+    v=$(curl -s --max-time 1 "http://127.0.0.1:$port/metrics" | awk '$1 ~ /^dedupd_results_total/ {s += $2} END {print s + 0}')
+    [ "$v" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "only $v of $1 results after 30 s"
+}
+
+# ---- 1. clean stop, store deleted -------------------------------------------
+N=40
+pages $N | jq -Rc '{url: .}' > "$WORK/a.ndjson"
+submit "$WORK/a.ndjson" > /dev/null
+mark=$(log_mark)
+start_bg
+wait_results $N
+kill -TERM "$pid"; rc=0; wait "$pid" || rc=$?; pid=
+expect_eq "$rc" 0 "exit status after SIGTERM"
+expect_eq "$(origin_200s "$mark")" $N "origin fetches of the first run"
+rm -rf "$DEDUPD_STORE__PATH"
+cat "$WORK/a.ndjson" "$WORK/a.ndjson" > "$WORK/a2.ndjson"
+submit "$WORK/a2.ndjson" > /dev/null
+mark=$(log_mark)
+stats=$(run_until_idle)
+echo "after SIGTERM + empty store: $stats"
+refetched=$(origin_200s "$mark")
+# (counted, not failed at once: part 2 runs and reports too)
+failures=()
+if [ "$refetched" = 0 ]; then ok "after a clean stop and an empty store: 0 of $N jobs fetched again"
+else
+  failures+=("after a clean stop and an empty store, $refetched of $N jobs were fetched again ($((2 * N)) duplicate copies submitted; new ops $(jq .new <<<"$stats"))")
+  echo "FAIL (counted): ${failures[-1]}" >&2
+fi
+
+# ---- 2. kill -9, store deleted ----------------------------------------------
+# M other jobs; the kill comes once their results are acknowledged (outbox
+# empty) and 3 s more have passed (the changelog records follow the results'
+# acknowledgements): what the kill loses is only the local store.
+M=40
+awk -v n=$M '/\.html$/ && k++ >= 100 && k <= 100 + n' "$ORIGIN_PAGES" | sed "s|\$|?t=$T\&r=2|" | jq -Rc '{url: .}' > "$WORK/b.ndjson"
+submit "$WORK/b.ndjson" > /dev/null
+mark=$(log_mark)
+start_bg
+wait_results $M
+port=$(admin_port "$log")
+for _ in $(seq 1 50); do
+  [ "$(scrape "$port" | metric dedupd_outbox_pending)" = 0 ] && break
+  sleep 0.2
+done
+sleep 3
+kill -9 "$pid"; rc=0; wait "$pid" 2>/dev/null || rc=$?; pid=
+expect_eq "$rc" 137 "killed with -9"
+expect_eq "$(origin_200s "$mark")" $M "origin fetches before the kill"
+rm -rf "$DEDUPD_STORE__PATH"
+cat "$WORK/b.ndjson" "$WORK/b.ndjson" > "$WORK/b2.ndjson"
+submit "$WORK/b2.ndjson" > /dev/null
+mark=$(log_mark)
+stats=$(run_until_idle)
+echo "after kill -9 + empty store: $stats"
+refetched=$(origin_200s "$mark")
+if [ "$refetched" = 0 ]; then ok "after kill -9 and an empty store: 0 of $M jobs fetched again"
+else
+  failures+=("after kill -9 and an empty store, $refetched of $M jobs were fetched again ($((2 * M)) duplicate copies submitted, and the originals again if their offsets were not committed; new ops $(jq .new <<<"$stats"))")
+  echo "FAIL (counted): ${failures[-1]}" >&2
+fi
+
+# Downstream: one result per logical job, under its event_key.
+topic_dump "$T.results" | jq -r '.payload | fromjson | "\(.op_id) \(.event_key)"' | sort -u > "$WORK/keys"
+expect_eq "$(awk '{print $1}' "$WORK/keys" | sort -u | wc -l)" $((N + M)) "logical jobs with a result"
+expect_eq "$(wc -l < "$WORK/keys")" $((N + M)) "distinct (op_id, event_key) pairs on the results topic"
+(( ${#failures[@]} == 0 )) || fail "$(printf '%s; ' "${failures[@]}")"
