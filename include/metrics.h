@@ -84,7 +84,7 @@ enum metrics_counter {
     METRICS_CHANGELOG_RESTORED,      /**< dedupd_changelog_restored_records_total */
     METRICS_CHANGELOG_RECORDS,       /**< dedupd_changelog_records_total:
                                           acknowledged by the broker */
-    METRICS_JOBS_REROUTED,           /**< dedupd_jobs_rerouted_total */
+    METRICS_JOBS_MISROUTED,           /**< dedupd_jobs_misrouted_total */
     METRICS_RELEASES,                /**< dedupd_releases_total */
     METRICS_COUNTER__N
 };

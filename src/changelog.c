@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "dd.h"
@@ -445,8 +446,18 @@ static dd_err_t restore_plan(struct restore *rs, struct rpart *p,
                                         &found, errstr, errstr_size);
     if (err)
         return err;
-    rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(
-        rs->r->rk, rs->topic, p->partition, &lo, &hi, ADMIN_TIMEOUT_MS);
+    /* a changelog created a moment ago may have no leader yet */
+    rd_kafka_resp_err_t e;
+    int64_t give_up = dd_now_ms() + ADMIN_TIMEOUT_MS;
+    while ((e = rd_kafka_query_watermark_offsets(rs->r->rk, rs->topic,
+                                                 p->partition, &lo, &hi,
+                                                 ADMIN_TIMEOUT_MS)) &&
+           (e == RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION ||
+            e == RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE ||
+            e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART ||
+            e == RD_KAFKA_RESP_ERR__UNKNOWN_PARTITION) &&
+           dd_now_ms() < give_up)
+        usleep(200 * 1000);
     if (e) {
         snprintf(errstr, errstr_size,
                  "restore: watermarks of %s [%d]: %s", rs->topic,

@@ -702,6 +702,7 @@ static void reroute(struct pipeline *pl, const rd_kafka_message_t *rkm,
               sizeof(source));
     pl->st->misrouted++;
     metrics_job(METRICS_JOB_MISROUTED);
+    metrics_add(METRICS_JOBS_MISROUTED, 1);
     struct outmsg *m = consumer_out_new(pl, OUT_REROUTE, pl->cfg->topic_jobs,
                                         job->op_id, strlen(job->op_id),
                                         rkm->payload, rkm->len);

@@ -253,7 +253,6 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         changelog_acked(pl, m->seq, m->op_id, m->op, m->msg);
         break;
     case OUT_REROUTE:
-        metrics_add(METRICS_JOBS_REROUTED, 1);
         consumer_msg_done(pl, m->msg);
         break;
     }

@@ -86,8 +86,8 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Changelog records read by the restore of assigned partitions."},
     [METRICS_CHANGELOG_RECORDS] = {"dedupd_changelog_records_total",
         "Changelog records (claims, results, releases, conflict marks) acknowledged by the broker."},
-    [METRICS_JOBS_REROUTED] = {"dedupd_jobs_rerouted_total",
-        "Jobs that arrived on another partition than their op_id's, re-produced keyed by op_id."},
+    [METRICS_JOBS_MISROUTED] = {"dedupd_jobs_misrouted_total",
+        "Jobs that arrived on another partition than their op_id's (re-produced there keyed by op_id)."},
     [METRICS_RELEASES] = {"dedupd_releases_total",
         "Unfinished ops released at a revoke (their next owner takes them at once)."},
 };
