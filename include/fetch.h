@@ -88,7 +88,10 @@
  * CURLOPT_PROXYUSERNAME / CURLOPT_PROXYPASSWORD, never in a URL.
  *
  * Inside the engine: fetch.c runs the transfer state machine, its queues
- * and the multi loop; proxy_pool.c the sessions (pick / report);
+ * and the multi loop; fetch_easy.c sets up its libcurl easy handles
+ * (options, proxy credentials, request, cookie jar, callbacks) with the
+ * state they share in src/fetch_internal.h; proxy_pool.c the sessions
+ * (pick / report);
  * fetch_outcome.c classifies a finished transfer (pure); fetch_hosts.c
  * holds the per-host limits' table; guard.c the SSRF guard.
  */
