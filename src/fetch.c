@@ -273,8 +273,9 @@ static enum retry_plan retry_when(struct fetch *f, const struct xfer *x,
 static void waiting_push(struct fetch *f, struct xfer *x)
 {
     /* An op back in the queue after a failed attempt waits for a retry:
-     * tell the hook once per failed attempt. */
-    if (f->retry_cb && x->n_alog > x->noted_alog) {
+     * tell the hook once per failed attempt (a released op waits for no
+     * retry: the launcher ends it). */
+    if (f->retry_cb && x->n_alog > x->noted_alog && !x->released) {
         const struct fetch_attempt *a = &x->alog[x->n_alog - 1];
         if (a->ended_at_ms && a->category[0]) {
             x->noted_alog = x->n_alog;
@@ -565,10 +566,14 @@ static void done_push(struct fetch *f, struct fetch_result *r)
     pthread_mutex_unlock(&f->lock);
 }
 
-/* The op is over: its result goes to the completion ring and \p x is freed.
+/* The op is over: its result (returned; not yet in the completion ring)
+ * takes what \p x holds and \p x is freed.  The body and its headers go
+ * with a final answer or a failure with a status and a complete body.
  * @locality fetch-engine thread */
-static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
-                   const char *category, const char *error)
+static struct fetch_result *finish_result(struct fetch *f, struct xfer *x,
+                                          bool ok, long status,
+                                          const char *category,
+                                          const char *error)
 {
     att_close(x, status, ok ? NULL : category, ok ? NULL : error);
     sres_record(x, status, ok ? NULL : category);
@@ -591,9 +596,7 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
     if (!ok) {
         r->category = dd_xstrdup(category, "fetch result");
         r->error = dd_xstrdup(error ? error : category, "fetch result");
-        atomic_fetch_add(&f->st_failed, 1);
-    } else
-        atomic_fetch_add(&f->st_completed, 1);
+    }
     r->final_url = dd_xstrdup(x->url, "fetch result");
     if (ok || (status && !category_partial(category))) {
         r->body = x->rbody;
@@ -607,6 +610,45 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
         r->last_modified = x->last_modified, x->last_modified = NULL;
     }
     xfer_free(x);
+    return r;
+}
+
+/* The op is over: its result goes to the completion ring and \p x is freed.
+ * @locality fetch-engine thread */
+static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
+                   const char *category, const char *error)
+{
+    struct fetch_result *r = finish_result(f, x, ok, status, category, error);
+    atomic_fetch_add(ok ? &f->st_completed : &f->st_failed, 1);
+    done_push(f, r);
+}
+
+/* The op was released (fetch_release) and makes no further attempt: it ends
+ * now, released, with no body; status is its last attempt's (0 if none) and
+ * not_before_ms when its next attempt could have started (0: at once).  An
+ * attempt still open (its redirect hop was next) closes as "released".
+ * @locality fetch-engine thread */
+static void release_end(struct fetch *f, struct xfer *x)
+{
+    int64_t now = dd_now_ms();
+    int64_t not_before = x->not_before_ms > now ? x->not_before_ms : 0;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "released after %u attempt%s: no further "
+             "request", x->attempts, x->attempts == 1 ? "" : "s");
+    long status = 0;
+    if (x->n_alog) {
+        if (!x->alog[x->n_alog - 1].ended_at_ms && x->easy) {
+            curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+            att_close(x, status, "released", msg);
+        }
+        status = x->alog[x->n_alog - 1].status;
+    }
+    log_msg(LOG_DEBUG, "fetch", "%s: %s", x->orig_url, msg);
+    struct fetch_result *r = finish_result(f, x, false, 0, "released", msg);
+    r->released = true;
+    r->status = status;
+    r->not_before_ms = not_before;
+    atomic_fetch_add(&f->st_released, 1);
     done_push(f, r);
 }
 
@@ -655,6 +697,14 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
         return;
     }
     att_close(x, status, category, error);
+    if (p == RETRY_PLAN_AT && x->released) {
+        /* released while the attempt ran: no retry; not_before as a WAIT
+         * would have reported it */
+        x->not_before_ms = at;
+        x->not_before_ms = retry_not_before(f, x);
+        release_end(f, x);
+        return;
+    }
     if (p == RETRY_PLAN_AT) {
         x->not_before_ms = at;
         waiting_push(f, x);
@@ -695,6 +745,12 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
         return;
     }
     att_close(x, status, category, error);
+    if (x->released) {
+        /* released while the step ran: no restart */
+        x->not_before_ms = at;
+        release_end(f, x);
+        return;
+    }
     log_msg(LOG_INFO, "fetch",
             "workflow %s: %s at step %zu of %zu through %s; restarting from "
             "the first step (on another session when one is free)",
@@ -1143,13 +1199,18 @@ static enum launch picked_session(struct fetch *f, struct xfer *x, int64_t now,
     }
 }
 
-/* One waiting op whose timer is due (taken out of the waiting list): its
+/* One waiting op whose timer is due (taken out of the waiting list): a
+ * release (its running attempt ended and it makes no other); its
  * deadline; the per-host limits of its current target (concurrency cap,
  * then token bucket); a session (its bound one mid-way through a workflow,
  * another after a session failure, else the pool's pick); then the attempt.
  * @locality fetch-engine thread */
 static enum launch launch_one(struct fetch *f, struct xfer *x, int64_t now)
 {
+    if (x->released) {
+        release_end(f, x);
+        return LAUNCH_GONE;
+    }
     if (now >= x->deadline_ms &&
         (x->attempts > 0 || x->gate_waited || x->not_before_ms > now)) {
         finish(f, x, false, 0, "timeout",
@@ -1186,8 +1247,10 @@ static void launch_ready(struct fetch *f)
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
-        /* due: its time came, or its deadline did (no op waits past it) */
-        if (!x->wait_slot && x->not_before_ms > now && x->deadline_ms > now) {
+        /* due: its time came, or its deadline did (no op waits past it),
+         * or it was released */
+        if (!x->wait_slot && x->not_before_ms > now && x->deadline_ms > now &&
+            !x->released) {
             pp = &x->next;
             continue;
         }
@@ -1196,6 +1259,90 @@ static void launch_ready(struct fetch *f)
             waiting_relink(f, pp, x);
             pp = &x->next;
         }
+    }
+}
+
+/* ---- releases (fetch_release) ----------------------------------------------- */
+
+/* Orders release requests by opaque (the address only: never dereferenced).
+ * @locality fetch-engine thread */
+static int release_cmp(const void *a, const void *b)
+{
+    uintptr_t p = (uintptr_t)((const struct fetch_release_req *)a)->opaque;
+    uintptr_t q = (uintptr_t)((const struct fetch_release_req *)b)->opaque;
+    return p < q ? -1 : p > q;
+}
+
+/* True when one of \p rel (sorted, one per opaque) releases \p x: same
+ * opaque, and \p x was submitted before that fetch_release() call.
+ * @locality fetch-engine thread */
+static bool release_covers(const struct fetch_release_req *rel, size_t n,
+                           const struct xfer *x)
+{
+    struct fetch_release_req key = {.opaque = x->opaque};
+    const struct fetch_release_req *r =
+        bsearch(&key, rel, n, sizeof(*rel), release_cmp);
+    return r && x->seq <= r->seq;
+}
+
+/* Apply \p n fetch_release() calls (in any order; \p rel is sorted in
+ * place): a waiting op ends now (release_end); a running one is marked and
+ * makes no attempt after the running one.  Opaques of no op are ignored.
+ * @locality fetch-engine thread */
+static void release_apply(struct fetch *f, struct fetch_release_req *rel,
+                          size_t n)
+{
+    qsort(rel, n, sizeof(*rel), release_cmp);
+    size_t m = 0; /* one per opaque: the latest call, which covers most */
+    for (size_t i = 0; i < n; i++) {
+        if (m && rel[m - 1].opaque == rel[i].opaque) {
+            if (rel[i].seq > rel[m - 1].seq)
+                rel[m - 1].seq = rel[i].seq;
+        } else {
+            rel[m++] = rel[i];
+        }
+    }
+    for (struct xfer *x = f->run_head; x; x = x->run_next)
+        if (release_covers(rel, m, x))
+            x->released = true;
+    struct xfer **pp = &f->waiting;
+    while (*pp) {
+        struct xfer *x = *pp;
+        if (!release_covers(rel, m, x)) {
+            pp = &x->next;
+            continue;
+        }
+        waiting_unlink(f, pp);
+        release_end(f, x);
+    }
+}
+
+/* Take what the callers queued (under f->lock): new requests join the
+ * waiting list, then the releases apply (a release covers the requests
+ * submitted before it, so both are taken at one instant).
+ * @locality fetch-engine thread */
+static void intake(struct fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    struct xfer *in = f->incoming;
+    f->incoming = NULL;
+    f->incoming_tailp = &f->incoming;
+    struct fetch_release_req *rel = NULL;
+    size_t n_rel = f->n_rel;
+    if (n_rel) {
+        rel = f->rel;
+        f->rel = NULL;
+        f->n_rel = f->cap_rel = 0;
+    }
+    pthread_mutex_unlock(&f->lock);
+    while (in) {
+        struct xfer *n = in->next;
+        waiting_push(f, in);
+        in = n;
+    }
+    if (n_rel) {
+        release_apply(f, rel, n_rel);
+        free(rel);
     }
 }
 
@@ -1244,16 +1391,7 @@ static void *fetch_main(void *arg)
 {
     struct fetch *f = arg;
     while (!atomic_load(&f->stop)) {
-        pthread_mutex_lock(&f->lock);
-        struct xfer *in = f->incoming;
-        f->incoming = NULL;
-        f->incoming_tailp = &f->incoming;
-        pthread_mutex_unlock(&f->lock);
-        while (in) {
-            struct xfer *n = in->next;
-            waiting_push(f, in);
-            in = n;
-        }
+        intake(f);
         launch_ready(f);
         int still = 0;
         curl_multi_perform(f->multi, &still);
@@ -1368,6 +1506,7 @@ void fetch_destroy(struct fetch *f)
         f->incoming = x->next;
         xfer_free(x);
     }
+    free(f->rel);
     fetch_hosts_destroy(f->hosts);
     for (size_t i = 0; i < f->done_n; i++)
         fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
@@ -1455,6 +1594,7 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     x->session = -1;
     x->asked_wait_ms = -1;
     pthread_mutex_lock(&f->lock);
+    x->seq = ++f->submit_seq;
     x->next = NULL;
     *f->incoming_tailp = x;
     f->incoming_tailp = &x->next;
@@ -1462,6 +1602,21 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     pthread_mutex_unlock(&f->lock);
     curl_multi_wakeup(f->multi);
     return DD_OK;
+}
+
+/* @locality any thread (under f->lock; wakes the engine) */
+void fetch_release(struct fetch *f, void *opaque)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->n_rel == f->cap_rel) {
+        f->cap_rel = f->cap_rel ? f->cap_rel * 2 : 16;
+        f->rel = dd_xrealloc(f->rel, f->cap_rel * sizeof(*f->rel),
+                             "fetch releases");
+    }
+    f->rel[f->n_rel++] = (struct fetch_release_req){.opaque = opaque,
+                                                    .seq = f->submit_seq};
+    pthread_mutex_unlock(&f->lock);
+    curl_multi_wakeup(f->multi);
 }
 
 /* @locality the pipeline thread, before the first submit */
@@ -1518,6 +1673,7 @@ void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
     st->restarts = atomic_load(&f->st_restarts);
     st->host_waits = atomic_load(&f->st_host_waits);
     st->auth_suspensions = atomic_load(&f->st_auth_suspensions);
+    st->released = atomic_load(&f->st_released);
 }
 
 /* @locality any thread */

@@ -29,6 +29,13 @@ struct fetch_hosts;
 struct guard;
 struct proxy_pool;
 
+/* One fetch_release() call: \p opaque, for the requests submitted before it
+ * (seq <= \p seq). */
+struct fetch_release_req {
+    void *opaque;
+    uint64_t seq;
+};
+
 enum xfer_state { XF_WAITING, XF_RUNNING };
 
 /* One request of an op: the op itself, or one step of a workflow (owned). */
@@ -98,6 +105,10 @@ struct xfer {
     size_t n_alog, cap_alog;
     size_t noted_alog;            /* attempts reported to the retry hook */
     bool retry_noted;             /* a FETCH_RETRY_WAIT awaits its START */
+    /* fetch_release */
+    uint64_t seq;                 /* submission number (f->submit_seq) */
+    bool released;                /* released while running: the running
+                                     attempt is its last */
 };
 
 struct fetch {
@@ -115,6 +126,10 @@ struct fetch {
     size_t inflight;              /* submitted, not taken */
 
     struct xfer **incoming_tailp;
+    uint64_t submit_seq;          /* requests submitted so far */
+    struct fetch_release_req *rel; /* fetch_release calls not yet seen by
+                                      the thread */
+    size_t n_rel, cap_rel;
 
     /* thread-local */
     struct xfer *waiting;         /* retry timers and new work (FIFO) */
@@ -133,7 +148,7 @@ struct fetch {
 
     atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
         st_completed, st_failed, st_restarts, st_host_waits,
-        st_auth_suspensions;
+        st_auth_suspensions, st_released;
 };
 
 /* ---- fetch_easy.c: the libcurl easy handle -------------------------------- */
