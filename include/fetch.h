@@ -88,7 +88,10 @@
  * CURLOPT_PROXYUSERNAME / CURLOPT_PROXYPASSWORD, never in a URL.
  *
  * Inside the engine: fetch.c runs the transfer state machine, its queues
- * and the multi loop; proxy_pool.c the sessions (pick / report);
+ * and the multi loop; fetch_easy.c sets up its libcurl easy handles
+ * (options, proxy credentials, request, cookie jar, callbacks) with the
+ * state they share in src/fetch_internal.h; proxy_pool.c the sessions
+ * (pick / report);
  * fetch_outcome.c classifies a finished transfer (pure); fetch_hosts.c
  * holds the per-host limits' table; guard.c the SSRF guard.
  */
@@ -207,6 +210,20 @@ struct fetch_result {
     uint32_t restarts;          /**< workflow restarts from the first step */
     /** Timed sessions: when the serving exit rotates (ms since epoch), else 0. */
     int64_t session_rotates_at_ms;
+    /** The request was ended by fetch_release() before it got a final
+     *  answer: ok = false, category "released", error says after how many
+     *  attempts, no body (nor its headers); status is the last attempt's (0
+     *  if none ran) and attempt_log/steps hold what ran (a workflow's last
+     *  step record is the step the release stopped, category "released").
+     *  false for every other result, also for a released request whose
+     *  running attempt gave the final result (success or terminal failure). */
+    bool released;
+    /** Released results: the earliest time (ms since epoch) the request's
+     *  next attempt could have started as the engine had planned it (a retry
+     *  delay, Retry-After or session cooldown, a per-host rate wait,
+     *  fetch_req.not_before_ms), or 0 when it could have started at once;
+     *  0 for other results. */
+    int64_t not_before_ms;
 };
 
 /** Cumulative counters (read any time; atomics). */
@@ -215,6 +232,8 @@ struct fetch_stats {
     uint64_t restarts;          /**< workflow restarts */
     uint64_t host_waits;        /**< requests held by a per-host limit */
     uint64_t auth_suspensions;  /**< credential sets suspended (proxy_auth) */
+    uint64_t released;          /**< results with released = true (counted
+                                     in neither completed nor failed) */
 };
 
 /**
@@ -246,6 +265,38 @@ void fetch_destroy(struct fetch *f);
  */
 dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req) DD_WUR;
 
+/**
+ * @brief Release the request whose opaque is \p opaque: it makes no new attempt.
+ *        If it is waiting (a retry delay or Retry-After, a session cooldown, a
+ *        per-host limit, single queueing, not started yet), it ends now; if an
+ *        attempt is transferring, that attempt finishes, and its result is
+ *        delivered as usual when final (success or terminal failure), or the
+ *        request ends instead of waiting for another attempt.  A request that
+ *        ends this way is delivered through fetch_take() like any other, with
+ *        result->released = true (category "released", no body), after no
+ *        further request to the origin.  Unknown or already finished opaques
+ *        are ignored.  Workflow (multi-step) requests likewise.
+ *
+ * Details: "no new attempt" includes a workflow's next step, a redirect hop
+ * and a workflow restart (a released workflow ends between steps, after the
+ * running step's answer, unless that step was its last).  \p opaque is
+ * compared as an address, never dereferenced; every request with that opaque
+ * (NULL included) submitted before this call is released, none submitted
+ * after it (so an opaque freed and reused for a new request after its result
+ * was taken is safe, whatever the order in which the engine sees both).
+ * Releasing twice is harmless.  The release takes effect when the engine
+ * thread next wakes (at once: curl_multi_wakeup); until then the request may
+ * still start an attempt or report to the retry hook (see fetch_retry_cb).
+ * A released request whose running attempt fails for good (a terminal
+ * category, its attempts or its deadline used up, no session before its
+ * deadline: "throttled") ends with that failure, not released.  Pending
+ * releases at fetch_destroy() are dropped (the requests end "canceled").
+ * Out of memory: dd_oom (aborts).
+ * @locality any thread (queued to the fetch thread, woken with
+ *           curl_multi_wakeup); returns at once.
+ */
+void fetch_release(struct fetch *f, void *opaque);
+
 /** What a fetch_retry_cb reports. */
 enum fetch_retry_event {
     FETCH_RETRY_WAIT = 1,  /**< an attempt failed and the op waits for its
@@ -263,7 +314,13 @@ enum fetch_retry_event {
  * that fails for good, or whose deadline passes while it waits, gets no START:
  * its result follows.  A workflow restarted by the launcher itself (its exit
  * changed, or its bound session cools down, with no attempt failing) reports
- * nothing.  Must return quickly and must not call the engine.
+ * nothing.  Released ops (fetch_release): once the engine has processed the
+ * release, the hook is never called for the op again (a failed attempt is
+ * not retried: no WAIT; a WAIT reported before gets no START: the released
+ * result follows); between the fetch_release() call and that processing
+ * (the engine's next wake-up) a WAIT or START may still be reported, on the
+ * engine thread, concurrently with the releasing caller.  Must return
+ * quickly and must not call the engine.
  * @param hook_opaque  As given to fetch_set_retry_hook().
  * @param req_opaque   The request's fetch_req.opaque.
  * @param attempts     Attempts recorded so far; the failed one (WAIT) is the

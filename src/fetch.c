@@ -1,27 +1,29 @@
 /* The fetch engine: the transfer state machine, its queues, the libcurl multi
- * loop on its own thread, retry timers and per-host limits.  Sessions come
- * from the proxy pool (proxy_pool.h), targets pass the SSRF guard (guard.h),
- * and a finished transfer is classified by fetch_outcome_classify() and
- * handled by the handler of its kind (on_<kind>).  See fetch.h for the
- * contract.
+ * loop on its own thread, retry timers, per-host limits and releases
+ * (fetch_release).  Sessions come from the proxy pool (proxy_pool.h), the
+ * easy handles are set up by fetch_easy.c (options, proxy, request, cookie
+ * jar, callbacks, the SSRF guard at the libcurl boundary), and a finished
+ * transfer is classified by fetch_outcome_classify() and handled by the
+ * handler of its kind (on_<kind>).  See fetch.h for the contract and
+ * fetch_internal.h for the shared state.
  *
- * Threads: fetch_new, fetch_destroy, fetch_submit, fetch_take,
- * fetch_inflight and fetch_stats_get run on their callers' threads and meet
- * the engine only under f->lock (incoming queue, completion ring) or through
- * atomics (counters).  Every static function below runs on the fetch-engine
- * thread unless its @locality says otherwise; the pool belongs to it. */
+ * Threads: fetch_new, fetch_destroy, fetch_submit, fetch_release,
+ * fetch_take, fetch_inflight and fetch_stats_get run on their callers'
+ * threads and meet the engine only under f->lock (incoming queue, release
+ * requests, completion ring) or through atomics (counters).  Every static
+ * function below runs on the fetch-engine thread unless its @locality says
+ * otherwise; the pool belongs to it. */
 #include "dd.h"
-#include "fetch.h"
+#include "fetch_internal.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "config.h"
@@ -34,113 +36,6 @@
 #include "proxy_pool.h"
 #include "retry.h"
 
-enum xfer_state { XF_WAITING, XF_RUNNING };
-
-/* One request of an op: the op itself, or one step of a workflow (owned). */
-struct wstep {
-    char *url, *method;
-    char **hdr_names, **hdr_values;
-    size_t n_headers;
-    unsigned char *body;          /* NULL = none */
-    size_t body_len;
-};
-
-struct xfer {
-    struct xfer *next;            /* in waiting list or done queue */
-    struct xfer *run_prev, *run_next; /* in the running list */
-    /* the op's requests (owned): one, or a workflow's steps */
-    struct wstep *steps;
-    size_t n_steps;
-    bool workflow, replayable;
-    size_t step;                  /* current step */
-    /* current request: the step's, changed by redirects */
-    char *url;                    /* current URL (changes on redirect) */
-    const char *orig_url;         /* the step's URL as submitted (borrowed) */
-    char *method;
-    const unsigned char *body;    /* borrowed from the step; NULL after 303 */
-    size_t body_len;
-    char host[256];               /* per-host limit key of url */
-    bool safe;
-    char country[3];
-    char rotation[12];            /* the job's rotation mode, "" = provider's */
-    int64_t deadline_ms;
-    void *opaque;
-    /* progress */
-    enum xfer_state state;
-    int64_t not_before_ms;
-    int session;                  /* pool session number or -1 */
-    bool proxied;                 /* the running attempt's session has a proxy */
-    bool fresh_connect;
-    uint32_t attempts, rotations, throttled, redirects;
-    int64_t asked_wait_ms;        /* the last blocked answer's Retry-After
-                                     wait (ms, unclamped), -1 = none */
-    uint32_t step_attempts;       /* attempts of the current step in this run */
-    uint32_t step_5xx;            /* same-session retries of the step on 5xx */
-    uint32_t restarts;            /* workflow restarts from the first step */
-    bool need_rotate;             /* next launch moves to another session */
-    bool wait_slot, gate_waited;  /* held by the per-host concurrency cap */
-    struct fetch_host *hs;        /* per-host slot counted while running */
-    int pin;                      /* session pinned mid-way, or -1 */
-    unsigned run_renewals;        /* session identity when the run bound it */
-    int64_t run_epoch;
-    CURLSH *jar;                  /* workflows: cookie jar of this run */
-    int jar_session;              /* session the jar belongs to */
-    unsigned jar_renewals;
-    int64_t jar_epoch;
-    struct fetch_step_result *sres; /* step outcomes of this run */
-    size_t n_sres;
-    CURL *easy;
-    struct curl_slist *slist;
-    char errbuf[CURL_ERROR_SIZE];
-    bool too_large, refused_target, headers_too_large;
-    size_t header_bytes;          /* of the current response's header block */
-    /* response of the current attempt */
-    unsigned char *rbody;
-    size_t rlen, rcap;
-    char *retry_after, *etag, *last_modified, *content_type;
-    struct fetch *f;
-    struct fetch_attempt *alog;   /* attempt records */
-    size_t n_alog, cap_alog;
-    size_t noted_alog;            /* attempts reported to the retry hook */
-    bool retry_noted;             /* a FETCH_RETRY_WAIT awaits its START */
-};
-
-struct fetch {
-    const struct cfg *cfg;
-    pthread_t thread;
-    bool thread_started;
-    CURLM *multi;
-    atomic_bool stop;
-
-    pthread_mutex_t lock;
-    pthread_cond_t done_cond;
-    struct xfer *incoming;        /* submitted, not yet seen by the thread */
-    struct fetch_result **done;   /* completion ring */
-    size_t done_head, done_n, done_cap;
-    size_t inflight;              /* submitted, not taken */
-
-    struct xfer **incoming_tailp;
-
-    /* thread-local */
-    struct xfer *waiting;         /* retry timers and new work (FIFO) */
-    struct xfer **waiting_tailp;
-    struct xfer *run_head;        /* transfers attached to the multi handle */
-    size_t running;
-    struct fetch_hosts *hosts;    /* per-host limits */
-
-    struct proxy_pool *pool;      /* sessions (engine thread once started) */
-    struct guard *guard;          /* immutable */
-    long *blocked;
-    size_t n_blocked;
-    uint64_t rnd;
-    fetch_retry_cb *retry_cb;     /* set before the first submit */
-    void *retry_opaque;
-
-    atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
-        st_completed, st_failed, st_restarts, st_host_waits,
-        st_auth_suspensions;
-};
-
 /* @locality fetch-engine thread */
 static uint64_t xorshift(uint64_t *s)
 {
@@ -151,158 +46,7 @@ static uint64_t xorshift(uint64_t *s)
     return *s = x;
 }
 
-/* ---- SSRF guard (guard.h) at the libcurl boundary ------------------------- */
-
-/* Refuse the target of \p url if it is an internal IP literal.
- * @locality fetch-engine thread */
-static bool url_target_refused(struct fetch *f, const char *url)
-{
-    CURLU *u = curl_url();
-    bool refused = false;
-    char *host = NULL;
-    if (curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK)
-        refused = guard_host_refused(f->guard, host);
-    curl_free(host);
-    curl_url_cleanup(u);
-    return refused;
-}
-
-/* Direct fetches: check the address libcurl is about to connect to (it has
- * resolved the name), so a name that resolves inside is refused too.
- * @locality fetch-engine thread (libcurl callback) */
-static curl_socket_t open_socket_cb(void *clientp, curlsocktype purpose,
-                                    struct curl_sockaddr *addr)
-{
-    struct xfer *x = clientp;
-    (void)purpose;
-    if (!x->proxied) {
-        const void *a = NULL;
-        if (addr->family == AF_INET)
-            a = &((struct sockaddr_in *)&addr->addr)->sin_addr;
-        else if (addr->family == AF_INET6)
-            a = &((struct sockaddr_in6 *)&addr->addr)->sin6_addr;
-        if (a && guard_addr_refused(x->f->guard, addr->family, a)) {
-            x->refused_target = true;
-            return CURL_SOCKET_BAD;
-        }
-    }
-    return socket(addr->family, addr->socktype, addr->protocol);
-}
-
-/* libcurl before 8.8.0 URL-decodes CURLOPT_PROXYUSERNAME and
- * CURLOPT_PROXYPASSWORD (curl issue 13265), so "%41" would reach the proxy as
- * "A".  On those versions every byte outside RFC 3986 unreserved is
- * percent-encoded, which that decoding turns back into the exact bytes.
- * @locality fetch-engine thread */
-static char *cred_for_curl(const char *v)
-{
-    static int must_encode = -1;
-    if (must_encode < 0) {
-        const curl_version_info_data *vi = curl_version_info(CURLVERSION_NOW);
-        must_encode = vi->version_num < 0x080800;
-    }
-    if (!must_encode)
-        return dd_xstrdup(v, "proxy credentials");
-    size_t n = strlen(v);
-    char *out = dd_xmalloc(n * 3 + 1, "proxy credentials"), *o = out;
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-        if (isalnum(*p) || *p == '-' || *p == '.' || *p == '_' || *p == '~')
-            *o++ = (char)*p;
-        else
-            o += sprintf(o, "%%%02X", *p);
-    }
-    *o = '\0';
-    return out;
-}
-
-/* ---- transfers ----------------------------------------------------------- */
-
-/* @locality fetch-engine thread (libcurl callback) */
-static size_t write_cb(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    struct xfer *x = userdata;
-    size_t n = size * nmemb;
-    size_t max = (size_t)x->f->cfg->fetch_max_body_bytes;
-    if (x->rlen + n > max) {
-        x->too_large = true;
-        return 0; /* aborts with CURLE_WRITE_ERROR */
-    }
-    if (x->rlen + n + 1 > x->rcap) {
-        size_t cap = x->rcap ? x->rcap : 16384;
-        while (cap < x->rlen + n + 1)
-            cap *= 2;
-        x->rbody = dd_xrealloc(x->rbody, cap, "response body");
-        x->rcap = cap;
-    }
-    memcpy(x->rbody + x->rlen, ptr, n);
-    x->rlen += n;
-    return n;
-}
-
-/* @locality fetch-engine thread */
-static void set_str(char **dst, const char *v, size_t n)
-{
-    while (n && (*v == ' ' || *v == '\t'))
-        v++, n--;
-    while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
-        n--;
-    free(*dst);
-    *dst = dd_xmalloc(n + 1, "response header");
-    memcpy(*dst, v, n);
-    (*dst)[n] = '\0';
-}
-
-/* @locality fetch-engine thread (libcurl callback) */
-static size_t header_cb(char *buf, size_t size, size_t nitems, void *userdata)
-{
-    struct xfer *x = userdata;
-    size_t n = size * nitems;
-    /* Our own cap on a header block, below libcurl's (300 KB in 7.88, other
-     * codes in other versions): oversized headers are a protocol failure. */
-    x->header_bytes += n;
-    if (x->header_bytes > FETCH_MAX_HEADER_BYTES) {
-        x->headers_too_large = true;
-        return 0;
-    }
-    if (n >= 5 && !strncmp(buf, "HTTP/", 5)) {
-        x->header_bytes = n;
-        /* A new header block (after CONNECT, 1xx or a redirect): reset. */
-        free(x->retry_after), x->retry_after = NULL;
-        free(x->etag), x->etag = NULL;
-        free(x->last_modified), x->last_modified = NULL;
-        free(x->content_type), x->content_type = NULL;
-        return n;
-    }
-    static const struct { const char *name; size_t off; } want[] = {
-        {"retry-after:", offsetof(struct xfer, retry_after)},
-        {"etag:", offsetof(struct xfer, etag)},
-        {"last-modified:", offsetof(struct xfer, last_modified)},
-        {"content-type:", offsetof(struct xfer, content_type)},
-    };
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        size_t k = strlen(want[i].name);
-        if (n > k && !strncasecmp(buf, want[i].name, k)) {
-            set_str((char **)((char *)x + want[i].off), buf + k, n - k);
-            break;
-        }
-    }
-    return n;
-}
-
-/* @locality fetch-engine thread */
-static void xfer_reset_response(struct xfer *x)
-{
-    x->rlen = 0;
-    x->too_large = x->refused_target = x->headers_too_large = false;
-    x->header_bytes = 0;
-    x->asked_wait_ms = -1;
-    free(x->retry_after), x->retry_after = NULL;
-    free(x->etag), x->etag = NULL;
-    free(x->last_modified), x->last_modified = NULL;
-    free(x->content_type), x->content_type = NULL;
-    x->errbuf[0] = '\0';
-}
+/* ---- ops ----------------------------------------------------------------- */
 
 /* @locality any thread (the submitter's or the fetch-engine thread) */
 static void wstep_free(struct wstep *w)
@@ -326,41 +70,17 @@ static void sres_free(struct fetch_step_result *v, size_t n)
     free(v);
 }
 
-/* Drop the op's cookie jar (a new session starts with none).
- * @locality fetch-engine thread (or the submitter's, for a failed submit) */
-static void jar_drop(struct xfer *x)
-{
-    if (!x->jar)
-        return;
-    if (x->easy)
-        curl_easy_setopt(x->easy, CURLOPT_SHARE, NULL);
-    curl_share_cleanup(x->jar);
-    x->jar = NULL;
-}
-
-/* libcurl 7.88 keeps CURLOPT_COOKIEFILE names in a list that only a
- * transfer start consumes, and neither curl_easy_reset nor
- * curl_easy_cleanup frees it (LeakSanitizer: 16 + 1 bytes per set-up that
- * never ran); setting it to NULL frees the list (lib/setopt.c) and leaves a
- * shared jar's cookies alone.
- * @locality fetch-engine thread (or the submitter's, for a failed submit) */
-static void cookiefile_clear(struct xfer *x)
-{
-    if (x->easy && x->workflow)
-        curl_easy_setopt(x->easy, CURLOPT_COOKIEFILE, (char *)NULL);
-}
-
 /* @locality fetch-engine thread; the submitter's for a failed submit, the
  * destroyer's for one never seen by the engine */
 static void xfer_free(struct xfer *x)
 {
     if (!x)
         return;
-    cookiefile_clear(x);
+    fetch_easy_cookiefile_clear(x);
     if (x->easy)
         curl_easy_cleanup(x->easy);
     x->easy = NULL;
-    jar_drop(x);
+    fetch_easy_jar_drop(x);
     curl_slist_free_all(x->slist);
     free(x->url);
     free(x->method);
@@ -553,8 +273,9 @@ static enum retry_plan retry_when(struct fetch *f, const struct xfer *x,
 static void waiting_push(struct fetch *f, struct xfer *x)
 {
     /* An op back in the queue after a failed attempt waits for a retry:
-     * tell the hook once per failed attempt. */
-    if (f->retry_cb && x->n_alog > x->noted_alog) {
+     * tell the hook once per failed attempt (a released op waits for no
+     * retry: the launcher ends it). */
+    if (f->retry_cb && x->n_alog > x->noted_alog && !x->released) {
         const struct fetch_attempt *a = &x->alog[x->n_alog - 1];
         if (a->ended_at_ms && a->category[0]) {
             x->noted_alog = x->n_alog;
@@ -682,137 +403,6 @@ static void unpin(struct fetch *f, struct xfer *x)
     }
 }
 
-/* A new or reset easy handle for \p x, with the options every attempt sets.
- * @locality fetch-engine thread */
-static CURL *easy_prepare(struct fetch *f, struct xfer *x)
-{
-    if (!x->easy) {
-        x->easy = curl_easy_init();
-        if (!x->easy)
-            dd_oom("curl easy handle");
-    } else {
-        cookiefile_clear(x);
-        curl_easy_reset(x->easy);
-    }
-    CURL *e = x->easy;
-    const struct cfg *c = f->cfg;
-    curl_easy_setopt(e, CURLOPT_URL, x->url);
-    curl_easy_setopt(e, CURLOPT_PRIVATE, x);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, x);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)c->fetch_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)c->fetch_connect_timeout_ms);
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L); /* followed by hand */
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-    curl_easy_setopt(e, CURLOPT_USERAGENT, c->fetch_user_agent);
-    if (x->fresh_connect) {
-        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-        x->fresh_connect = false;
-    }
-    return e;
-}
-
-/* The op's cookie jar: a per-op share, so that cookies survive
- * curl_easy_reset and never meet another op's.  A jar belongs to one
- * session (and one exit of it): a new one starts empty.
- * @locality fetch-engine thread */
-static void easy_set_jar(struct xfer *x, CURL *e,
-                         const struct proxy_pool_session_info *s)
-{
-    if (x->jar && (x->jar_session != x->session ||
-                   x->jar_renewals != s->renewals || x->jar_epoch != s->epoch))
-        jar_drop(x);
-    if (!x->jar) {
-        x->jar = curl_share_init();
-        if (!x->jar)
-            dd_oom("cookie jar");
-        curl_share_setopt(x->jar, CURLSHOPT_SHARE, CURL_LOCK_DATA_COOKIE);
-        x->jar_session = x->session;
-        x->jar_renewals = s->renewals;
-        x->jar_epoch = s->epoch;
-    }
-    curl_easy_setopt(e, CURLOPT_SHARE, x->jar);
-    curl_easy_setopt(e, CURLOPT_COOKIEFILE, "");
-}
-
-/* The proxy of \p x's session, its credentials and its connection reuse.
- * @locality fetch-engine thread */
-static void easy_set_proxy(struct fetch *f, struct xfer *x, CURL *e, int64_t now)
-{
-    struct proxy_pool_session_info s;
-    proxy_pool_session_get(f->pool, x->session, &s);
-    x->proxied = s.proxy != NULL;
-    if (!s.proxy) {
-        curl_easy_setopt(e, CURLOPT_PROXY, "");
-        return;
-    }
-    curl_easy_setopt(e, CURLOPT_PROXY, s.proxy);
-    if (s.username) {
-        /* Never spliced into the proxy URL (DESIGN.md section 5). */
-        char *u = cred_for_curl(s.username);
-        char *pw = cred_for_curl(s.password);
-        curl_easy_setopt(e, CURLOPT_PROXYUSERNAME, u);
-        curl_easy_setopt(e, CURLOPT_PROXYPASSWORD, pw);
-        memset(pw, 0, strlen(pw));
-        free(u);
-        free(pw);
-    }
-    if (s.per_request || !strcmp(x->rotation, "per_request")) {
-        curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-        curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
-    } else if (s.timed) {
-        /* No connection (tunnel) of an earlier interval: its exit is
-         * gone.  CURLOPT_MAXLIFETIME_CONN counts whole seconds of a
-         * connection's age, so early in an interval every connection is
-         * fresh, later only those younger than the interval are reused. */
-        proxy_pool_refresh(f->pool, x->session, now);
-        proxy_pool_session_get(f->pool, x->session, &s);
-        int64_t in = now - s.epoch_start_ms;
-        if (in < 2000)
-            curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, 1L);
-        else
-            curl_easy_setopt(e, CURLOPT_MAXLIFETIME_CONN, (long)(in / 1000 - 1));
-    }
-}
-
-/* The current step's headers, method and body.
- * @locality fetch-engine thread */
-static void easy_set_request(struct xfer *x, CURL *e)
-{
-    struct wstep *w = &x->steps[x->step];
-    curl_slist_free_all(x->slist);
-    x->slist = NULL;
-    for (size_t i = 0; i < w->n_headers; i++) {
-        size_t n = strlen(w->hdr_names[i]) + strlen(w->hdr_values[i]) + 3;
-        char *line = dd_xmalloc(n, "request header");
-        if (w->hdr_values[i][0])
-            snprintf(line, n, "%s: %s", w->hdr_names[i], w->hdr_values[i]);
-        else
-            snprintf(line, n, "%s;", w->hdr_names[i]);
-        x->slist = curl_slist_append(x->slist, line);
-        free(line);
-    }
-    if (x->slist)
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->slist);
-    if (!strcmp(x->method, "HEAD"))
-        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else if (strcmp(x->method, "GET") != 0)
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, x->method);
-    if (x->body) {
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
-    }
-}
-
 /* Attach \p x to the running list and the multi handle.
  * @locality fetch-engine thread */
 static void running_add(struct fetch *f, struct xfer *x)
@@ -854,20 +444,13 @@ static void start_attempt(struct fetch *f, struct xfer *x, int64_t now)
         f->retry_cb(f->retry_opaque, x->opaque, FETCH_RETRY_START, now,
                     (uint32_t)x->n_alog, NULL);
     }
-    if (url_target_refused(f, x->url)) {
+    if (fetch_easy_target_refused(f, x->url)) {
         finish(f, x, false, 0, "forbidden_target",
                "target address is loopback, link-local or private and not in "
                "fetch.allow_targets");
         return;
     }
-    struct proxy_pool_session_info s;
-    proxy_pool_session_get(f->pool, x->session, &s);
-    xfer_reset_response(x);
-    CURL *e = easy_prepare(f, x);
-    if (x->workflow)
-        easy_set_jar(x, e, &s);
-    easy_set_proxy(f, x, e, now);
-    easy_set_request(x, e);
+    fetch_easy_setup(f, x, now);
     x->attempts++;
     x->step_attempts++;
     att_open(x, proxy_pool_session_name(f->pool, x->session));
@@ -983,10 +566,14 @@ static void done_push(struct fetch *f, struct fetch_result *r)
     pthread_mutex_unlock(&f->lock);
 }
 
-/* The op is over: its result goes to the completion ring and \p x is freed.
+/* The op is over: its result (returned; not yet in the completion ring)
+ * takes what \p x holds and \p x is freed.  The body and its headers go
+ * with a final answer or a failure with a status and a complete body.
  * @locality fetch-engine thread */
-static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
-                   const char *category, const char *error)
+static struct fetch_result *finish_result(struct fetch *f, struct xfer *x,
+                                          bool ok, long status,
+                                          const char *category,
+                                          const char *error)
 {
     att_close(x, status, ok ? NULL : category, ok ? NULL : error);
     sres_record(x, status, ok ? NULL : category);
@@ -1009,9 +596,7 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
     if (!ok) {
         r->category = dd_xstrdup(category, "fetch result");
         r->error = dd_xstrdup(error ? error : category, "fetch result");
-        atomic_fetch_add(&f->st_failed, 1);
-    } else
-        atomic_fetch_add(&f->st_completed, 1);
+    }
     r->final_url = dd_xstrdup(x->url, "fetch result");
     if (ok || (status && !category_partial(category))) {
         r->body = x->rbody;
@@ -1025,6 +610,45 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
         r->last_modified = x->last_modified, x->last_modified = NULL;
     }
     xfer_free(x);
+    return r;
+}
+
+/* The op is over: its result goes to the completion ring and \p x is freed.
+ * @locality fetch-engine thread */
+static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
+                   const char *category, const char *error)
+{
+    struct fetch_result *r = finish_result(f, x, ok, status, category, error);
+    atomic_fetch_add(ok ? &f->st_completed : &f->st_failed, 1);
+    done_push(f, r);
+}
+
+/* The op was released (fetch_release) and makes no further attempt: it ends
+ * now, released, with no body; status is its last attempt's (0 if none) and
+ * not_before_ms when its next attempt could have started (0: at once).  An
+ * attempt still open (its redirect hop was next) closes as "released".
+ * @locality fetch-engine thread */
+static void release_end(struct fetch *f, struct xfer *x)
+{
+    int64_t now = dd_now_ms();
+    int64_t not_before = x->not_before_ms > now ? x->not_before_ms : 0;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "released after %u attempt%s: no further "
+             "request", x->attempts, x->attempts == 1 ? "" : "s");
+    long status = 0;
+    if (x->n_alog) {
+        if (!x->alog[x->n_alog - 1].ended_at_ms && x->easy) {
+            curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+            att_close(x, status, "released", msg);
+        }
+        status = x->alog[x->n_alog - 1].status;
+    }
+    log_msg(LOG_DEBUG, "fetch", "%s: %s", x->orig_url, msg);
+    struct fetch_result *r = finish_result(f, x, false, 0, "released", msg);
+    r->released = true;
+    r->status = status;
+    r->not_before_ms = not_before;
+    atomic_fetch_add(&f->st_released, 1);
     done_push(f, r);
 }
 
@@ -1073,6 +697,14 @@ static void fail_or_retry(struct fetch *f, struct xfer *x, long status,
         return;
     }
     att_close(x, status, category, error);
+    if (p == RETRY_PLAN_AT && x->released) {
+        /* released while the attempt ran: no retry; not_before as a WAIT
+         * would have reported it */
+        x->not_before_ms = at;
+        x->not_before_ms = retry_not_before(f, x);
+        release_end(f, x);
+        return;
+    }
     if (p == RETRY_PLAN_AT) {
         x->not_before_ms = at;
         waiting_push(f, x);
@@ -1113,6 +745,12 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
         return;
     }
     att_close(x, status, category, error);
+    if (x->released) {
+        /* released while the step ran: no restart */
+        x->not_before_ms = at;
+        release_end(f, x);
+        return;
+    }
     log_msg(LOG_INFO, "fetch",
             "workflow %s: %s at step %zu of %zu through %s; restarting from "
             "the first step (on another session when one is free)",
@@ -1126,9 +764,9 @@ static void wf_restart_or_fail(struct fetch *f, struct xfer *x, long status,
     sres_free(x->sres, x->n_sres);
     x->sres = NULL;
     x->n_sres = 0;
-    jar_drop(x);
+    fetch_easy_jar_drop(x);
     xfer_goto_step(x, 0);
-    xfer_reset_response(x);
+    fetch_easy_reset_response(x);
     x->rlen = 0;
     x->need_rotate = (int64_t)x->rotations < f->cfg->fetch_max_rotations;
     x->fresh_connect = true;
@@ -1157,7 +795,7 @@ static void step_ok(struct fetch *f, struct xfer *x, long status)
         x->run_epoch = s.epoch;
     }
     xfer_goto_step(x, x->step + 1);
-    xfer_reset_response(x);
+    fetch_easy_reset_response(x);
     x->rlen = 0;
     x->not_before_ms = 0;
     waiting_push(f, x);
@@ -1204,7 +842,7 @@ static void on_redirect(struct fetch *f, struct xfer *x, const struct fetch_outc
                "redirect to a scheme other than http or https");
         return;
     }
-    if (url_target_refused(f, loc)) {
+    if (fetch_easy_target_refused(f, loc)) {
         finish(f, x, false, status, "forbidden_target",
                "redirect to a loopback, link-local or private "
                "address not in fetch.allow_targets");
@@ -1561,13 +1199,18 @@ static enum launch picked_session(struct fetch *f, struct xfer *x, int64_t now,
     }
 }
 
-/* One waiting op whose timer is due (taken out of the waiting list): its
+/* One waiting op whose timer is due (taken out of the waiting list): a
+ * release (its running attempt ended and it makes no other); its
  * deadline; the per-host limits of its current target (concurrency cap,
  * then token bucket); a session (its bound one mid-way through a workflow,
  * another after a session failure, else the pool's pick); then the attempt.
  * @locality fetch-engine thread */
 static enum launch launch_one(struct fetch *f, struct xfer *x, int64_t now)
 {
+    if (x->released) {
+        release_end(f, x);
+        return LAUNCH_GONE;
+    }
     if (now >= x->deadline_ms &&
         (x->attempts > 0 || x->gate_waited || x->not_before_ms > now)) {
         finish(f, x, false, 0, "timeout",
@@ -1604,8 +1247,10 @@ static void launch_ready(struct fetch *f)
     struct xfer **pp = &f->waiting;
     while (*pp) {
         struct xfer *x = *pp;
-        /* due: its time came, or its deadline did (no op waits past it) */
-        if (!x->wait_slot && x->not_before_ms > now && x->deadline_ms > now) {
+        /* due: its time came, or its deadline did (no op waits past it),
+         * or it was released */
+        if (!x->wait_slot && x->not_before_ms > now && x->deadline_ms > now &&
+            !x->released) {
             pp = &x->next;
             continue;
         }
@@ -1614,6 +1259,90 @@ static void launch_ready(struct fetch *f)
             waiting_relink(f, pp, x);
             pp = &x->next;
         }
+    }
+}
+
+/* ---- releases (fetch_release) ----------------------------------------------- */
+
+/* Orders release requests by opaque (the address only: never dereferenced).
+ * @locality fetch-engine thread */
+static int release_cmp(const void *a, const void *b)
+{
+    uintptr_t p = (uintptr_t)((const struct fetch_release_req *)a)->opaque;
+    uintptr_t q = (uintptr_t)((const struct fetch_release_req *)b)->opaque;
+    return p < q ? -1 : p > q;
+}
+
+/* True when one of \p rel (sorted, one per opaque) releases \p x: same
+ * opaque, and \p x was submitted before that fetch_release() call.
+ * @locality fetch-engine thread */
+static bool release_covers(const struct fetch_release_req *rel, size_t n,
+                           const struct xfer *x)
+{
+    struct fetch_release_req key = {.opaque = x->opaque};
+    const struct fetch_release_req *r =
+        bsearch(&key, rel, n, sizeof(*rel), release_cmp);
+    return r && x->seq <= r->seq;
+}
+
+/* Apply \p n fetch_release() calls (in any order; \p rel is sorted in
+ * place): a waiting op ends now (release_end); a running one is marked and
+ * makes no attempt after the running one.  Opaques of no op are ignored.
+ * @locality fetch-engine thread */
+static void release_apply(struct fetch *f, struct fetch_release_req *rel,
+                          size_t n)
+{
+    qsort(rel, n, sizeof(*rel), release_cmp);
+    size_t m = 0; /* one per opaque: the latest call, which covers most */
+    for (size_t i = 0; i < n; i++) {
+        if (m && rel[m - 1].opaque == rel[i].opaque) {
+            if (rel[i].seq > rel[m - 1].seq)
+                rel[m - 1].seq = rel[i].seq;
+        } else {
+            rel[m++] = rel[i];
+        }
+    }
+    for (struct xfer *x = f->run_head; x; x = x->run_next)
+        if (release_covers(rel, m, x))
+            x->released = true;
+    struct xfer **pp = &f->waiting;
+    while (*pp) {
+        struct xfer *x = *pp;
+        if (!release_covers(rel, m, x)) {
+            pp = &x->next;
+            continue;
+        }
+        waiting_unlink(f, pp);
+        release_end(f, x);
+    }
+}
+
+/* Take what the callers queued (under f->lock): new requests join the
+ * waiting list, then the releases apply (a release covers the requests
+ * submitted before it, so both are taken at one instant).
+ * @locality fetch-engine thread */
+static void intake(struct fetch *f)
+{
+    pthread_mutex_lock(&f->lock);
+    struct xfer *in = f->incoming;
+    f->incoming = NULL;
+    f->incoming_tailp = &f->incoming;
+    struct fetch_release_req *rel = NULL;
+    size_t n_rel = f->n_rel;
+    if (n_rel) {
+        rel = f->rel;
+        f->rel = NULL;
+        f->n_rel = f->cap_rel = 0;
+    }
+    pthread_mutex_unlock(&f->lock);
+    while (in) {
+        struct xfer *n = in->next;
+        waiting_push(f, in);
+        in = n;
+    }
+    if (n_rel) {
+        release_apply(f, rel, n_rel);
+        free(rel);
     }
 }
 
@@ -1662,16 +1391,7 @@ static void *fetch_main(void *arg)
 {
     struct fetch *f = arg;
     while (!atomic_load(&f->stop)) {
-        pthread_mutex_lock(&f->lock);
-        struct xfer *in = f->incoming;
-        f->incoming = NULL;
-        f->incoming_tailp = &f->incoming;
-        pthread_mutex_unlock(&f->lock);
-        while (in) {
-            struct xfer *n = in->next;
-            waiting_push(f, in);
-            in = n;
-        }
+        intake(f);
         launch_ready(f);
         int still = 0;
         curl_multi_perform(f->multi, &still);
@@ -1786,6 +1506,7 @@ void fetch_destroy(struct fetch *f)
         f->incoming = x->next;
         xfer_free(x);
     }
+    free(f->rel);
     fetch_hosts_destroy(f->hosts);
     for (size_t i = 0; i < f->done_n; i++)
         fetch_result_destroy(f->done[(f->done_head + i) % f->done_cap]);
@@ -1873,6 +1594,7 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     x->session = -1;
     x->asked_wait_ms = -1;
     pthread_mutex_lock(&f->lock);
+    x->seq = ++f->submit_seq;
     x->next = NULL;
     *f->incoming_tailp = x;
     f->incoming_tailp = &x->next;
@@ -1880,6 +1602,21 @@ dd_err_t fetch_submit(struct fetch *f, const struct fetch_req *req)
     pthread_mutex_unlock(&f->lock);
     curl_multi_wakeup(f->multi);
     return DD_OK;
+}
+
+/* @locality any thread (under f->lock; wakes the engine) */
+void fetch_release(struct fetch *f, void *opaque)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->n_rel == f->cap_rel) {
+        f->cap_rel = f->cap_rel ? f->cap_rel * 2 : 16;
+        f->rel = dd_xrealloc(f->rel, f->cap_rel * sizeof(*f->rel),
+                             "fetch releases");
+    }
+    f->rel[f->n_rel++] = (struct fetch_release_req){.opaque = opaque,
+                                                    .seq = f->submit_seq};
+    pthread_mutex_unlock(&f->lock);
+    curl_multi_wakeup(f->multi);
 }
 
 /* @locality the pipeline thread, before the first submit */
@@ -1936,6 +1673,7 @@ void fetch_stats_get(struct fetch *f, struct fetch_stats *st)
     st->restarts = atomic_load(&f->st_restarts);
     st->host_waits = atomic_load(&f->st_host_waits);
     st->auth_suspensions = atomic_load(&f->st_auth_suspensions);
+    st->released = atomic_load(&f->st_released);
 }
 
 /* @locality any thread */

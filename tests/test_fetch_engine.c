@@ -4,7 +4,7 @@
  * against a small in-process HTTP/1.1 origin: workflow cookies and their
  * isolation between ops, restart of a safe workflow, failure without replay
  * of an unsafe one, the per-host concurrency cap, a Retry-After against the
- * op's deadline (issue 14). */
+ * op's deadline (issue 14), fetch_release of waiting and running ops. */
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -150,8 +150,9 @@ END_TEST
 
 /* ---- a small origin ----------------------------------------------------------
  * Keep-alive HTTP/1.1, one thread per connection.  Logs "METHOD PATH COOKIE"
- * per request.  /login?k=K sets sid=K-n; /flaky?k=K&n=N answers 503 to the
- * first N requests of K; /slow sleeps 150 ms; /throttle?ra=V answers 429 with
+ * per request.  /login?k=K sets sid=K-n; /flaky answers 503 while srv.flaky
+ * (decremented per request) is positive; /slow sleeps 150 ms (before its
+ * answer: /slow/flaky is a slow 503); /throttle?ra=V answers 429 with
  * "Retry-After: V"; others 200. */
 
 #define LOG_MAX 256
@@ -498,7 +499,7 @@ END_TEST
 
 /* The retry hook's view: WAIT events and the latest not-before time. */
 static struct {
-    int waits, starts;
+    atomic_int waits, starts;
     int64_t last_not_before;
 } hook;
 
@@ -507,10 +508,12 @@ static void hook_cb(void *hook_opaque, void *req_opaque, enum fetch_retry_event 
                     const struct fetch_attempt *failed)
 {
     (void)hook_opaque, (void)req_opaque, (void)attempts, (void)failed;
-    if (ev == FETCH_RETRY_WAIT)
-        hook.waits++, hook.last_not_before = not_before_ms;
-    else
-        hook.starts++;
+    if (ev == FETCH_RETRY_WAIT) {
+        hook.last_not_before = not_before_ms; /* published by the count */
+        atomic_fetch_add(&hook.waits, 1);
+    } else {
+        atomic_fetch_add(&hook.starts, 1);
+    }
 }
 
 static void submit_get(const char *path, int64_t deadline_ms)
@@ -591,6 +594,242 @@ START_TEST(test_deadline_after_retry_after_waits_it_out)
 }
 END_TEST
 
+/* ---- fetch_release ------------------------------------------------------------ */
+
+static void submit_op(const char *path, int64_t deadline_ms, int64_t not_before_ms,
+                      void *opaque)
+{
+    char u[256];
+    url(u, sizeof(u), path);
+    struct fetch_req req = {.url = u, .method = "GET", .safe = true,
+                            .deadline_ms = deadline_ms,
+                            .not_before_ms = not_before_ms, .opaque = opaque};
+    ck_assert_int_eq(fetch_submit(g_f, &req), DD_OK);
+}
+
+/* The next result within \p ms, or NULL. */
+static struct fetch_result *take_within(int ms)
+{
+    int64_t end = ms_now() + ms;
+    for (;;) {
+        int64_t left = end - ms_now();
+        struct fetch_result *r = fetch_take(g_f, left > 0 ? (int)left : 0);
+        if (r || left <= 0)
+            return r;
+    }
+}
+
+/* Wait (at most 5 s) until the origin logged \p n requests starting with
+ * \p prefix. */
+static void wait_log(const char *prefix, int n)
+{
+    for (int i = 0; i < 500 && log_count(prefix) < n; i++)
+        usleep(10000);
+    ck_assert_int_ge(log_count(prefix), n);
+}
+
+/* Wait (at most 5 s) until the retry hook saw \p n WAIT events. */
+static void wait_hook_waits(int n)
+{
+    for (int i = 0; i < 500 && atomic_load(&hook.waits) < n; i++)
+        usleep(10000);
+    ck_assert_int_eq(atomic_load(&hook.waits), n);
+}
+
+static void assert_released(const struct fetch_result *r, void *opaque)
+{
+    ck_assert_ptr_nonnull(r);
+    ck_assert_ptr_eq(r->opaque, opaque);
+    ck_assert_msg(r->released, "not released: %s",
+                  r->category ? r->category : "ok");
+    ck_assert(!r->ok);
+    ck_assert_str_eq(r->category, "released");
+    ck_assert_ptr_null(r->body);
+    ck_assert_uint_eq(r->body_len, 0);
+}
+
+START_TEST(test_release_waiting_retry_after)
+{
+    /* (1) a 429 with Retry-After: 30 is waited out (one session); the
+     * release ends it at once with its not_before, after one request */
+    engine_start(NULL);
+    memset(&hook, 0, sizeof(hook));
+    fetch_set_retry_hook(g_f, hook_cb, NULL);
+    void *op = (void *)0x101;
+    submit_op("/throttle?ra=30", ms_now() + 60000, 0, op);
+    wait_hook_waits(1); /* it waits out the Retry-After */
+    ck_assert_ptr_null(fetch_take(g_f, 0));
+    int64_t t0 = ms_now();
+    fetch_release(g_f, op);
+    struct fetch_result *r = take_within(200);
+    ck_assert_msg(r, "no result within 200 ms of the release");
+    assert_released(r, op);
+    ck_assert_int_eq(r->status, 429);
+    ck_assert_uint_eq(r->attempts, 1);
+    ck_assert_uint_eq(r->n_attempt_log, 1);
+    ck_assert_str_eq(r->attempt_log[0].category, "throttled");
+    ck_assert_int_ge(r->not_before_ms, t0 + 29000);
+    ck_assert_int_eq(r->not_before_ms, hook.last_not_before);
+    fetch_result_destroy(r);
+    usleep(100000);
+    ck_assert_int_eq(log_count("GET /throttle?ra=30"), 1);
+    ck_assert_int_eq(atomic_load(&hook.waits), 1);
+    ck_assert_int_eq(atomic_load(&hook.starts), 0); /* no retry started */
+    ck_assert_ptr_null(fetch_take(g_f, 0));
+    struct fetch_stats st;
+    fetch_stats_get(g_f, &st);
+    ck_assert_uint_eq(st.released, 1);
+    ck_assert_uint_eq(st.failed, 0);
+    ck_assert_uint_eq(fetch_inflight(g_f), 0);
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_release_running_completes)
+{
+    /* (2) a transfer in progress (slow origin) finishes and is delivered as
+     * usual; an op queued behind it by the per-host cap ends at once */
+    engine_start("DEDUPD_FETCH__PER_HOST_MAX_INFLIGHT=1");
+    void *a = (void *)0x201, *b = (void *)0x202;
+    submit_op("/slow?op=rel2a", ms_now() + 10000, 0, a);
+    wait_log("GET /slow?op=rel2a", 1); /* a's transfer is in progress */
+    submit_op("/plain?op=rel2b", ms_now() + 10000, 0, b);
+    fetch_release(g_f, a);
+    fetch_release(g_f, b);
+    struct fetch_result *rb = take_within(1000);
+    assert_released(rb, b); /* b first: a still transfers */
+    ck_assert_uint_eq(rb->attempts, 0);
+    ck_assert_int_eq(rb->status, 0);
+    struct fetch_result *ra = wait_one();
+    ck_assert_ptr_eq(ra->opaque, a);
+    ck_assert_msg(ra->ok, "%s", ra->error ? ra->error : "");
+    ck_assert(!ra->released);
+    ck_assert_int_eq(ra->status, 200);
+    ck_assert_uint_eq(ra->body_len, 2);
+    ck_assert_str_eq((const char *)ra->body, "ok");
+    ck_assert_uint_eq(ra->attempts, 1);
+    ck_assert_int_eq(ra->not_before_ms, 0);
+    fetch_result_destroy(ra);
+    fetch_result_destroy(rb);
+    usleep(100000);
+    ck_assert_int_eq(log_count("GET /slow?op=rel2a"), 1);
+    ck_assert_int_eq(log_count("GET /plain?op=rel2b"), 0);
+    ck_assert_ptr_null(fetch_take(g_f, 0));
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_release_running_retryable)
+{
+    /* (3) released while its attempt runs, the attempt fails retryably (a
+     * slow 503): delivered released, no second attempt, no hook call */
+    engine_start(NULL);
+    memset(&hook, 0, sizeof(hook));
+    fetch_set_retry_hook(g_f, hook_cb, NULL);
+    srv.flaky = 1;
+    void *op = (void *)0x301;
+    submit_op("/slow/flaky?op=rel3", ms_now() + 10000, 0, op);
+    wait_log("GET /slow/flaky?op=rel3", 1);
+    fetch_release(g_f, op);
+    struct fetch_result *r = wait_one();
+    assert_released(r, op);
+    ck_assert_int_eq(r->status, 503);
+    ck_assert_uint_eq(r->attempts, 1);
+    ck_assert_uint_eq(r->n_attempt_log, 1);
+    ck_assert_str_eq(r->attempt_log[0].category, "server_error");
+    fetch_result_destroy(r);
+    usleep(100000);
+    ck_assert_int_eq(log_count("GET /slow/flaky?op=rel3"), 1);
+    ck_assert_int_eq(atomic_load(&hook.waits), 0);
+    ck_assert_int_eq(atomic_load(&hook.starts), 0);
+    ck_assert_ptr_null(fetch_take(g_f, 0));
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_release_unknown_harmless)
+{
+    /* (4) unknown and finished opaques are ignored; a release covers only
+     * requests submitted before it; the others keep waiting */
+    engine_start(NULL);
+    memset(&hook, 0, sizeof(hook));
+    fetch_set_retry_hook(g_f, hook_cb, NULL);
+    void *reused = (void *)0x401, *b = (void *)0x402, *c = (void *)0x403,
+         *d = (void *)0x404;
+    fetch_release(g_f, reused); /* no such request yet */
+    fetch_release(g_f, NULL);
+    submit_op("/plain?op=rel4a", ms_now() + 10000, 0, reused);
+    struct fetch_result *r = wait_one();
+    ck_assert_ptr_eq(r->opaque, reused);
+    ck_assert(r->ok && !r->released);
+    fetch_result_destroy(r);
+    fetch_release(g_f, reused); /* finished and taken */
+    /* b waits out a Retry-After, c the session's cooldown (never started),
+     * d its own not_before (a resumed wait) */
+    submit_op("/throttle?ra=30", ms_now() + 60000, 0, b);
+    wait_hook_waits(1);
+    submit_op("/plain?op=rel4c", ms_now() + 60000, 0, c);
+    int64_t d_at = ms_now() + 30000;
+    submit_op("/plain?op=rel4d", ms_now() + 60000, d_at, d);
+    fetch_release(g_f, (void *)0xbeef);
+    fetch_release(g_f, reused);
+    ck_assert_ptr_null(take_within(300));
+    fetch_release(g_f, c);
+    r = take_within(200);
+    assert_released(r, c);
+    ck_assert_uint_eq(r->attempts, 0);
+    ck_assert_int_gt(r->not_before_ms, ms_now() + 25000); /* the cooldown */
+    fetch_result_destroy(r);
+    fetch_release(g_f, d);
+    r = take_within(200);
+    assert_released(r, d);
+    ck_assert_uint_eq(r->attempts, 0);
+    ck_assert_int_eq(r->not_before_ms, d_at);
+    fetch_result_destroy(r);
+    ck_assert_ptr_null(take_within(100)); /* b still waits */
+    fetch_release(g_f, b);
+    fetch_release(g_f, b);
+    r = take_within(200);
+    assert_released(r, b);
+    ck_assert_uint_eq(r->attempts, 1);
+    fetch_result_destroy(r);
+    ck_assert_ptr_null(take_within(100));
+    ck_assert_int_eq(log_count("GET /throttle?ra=30"), 1);
+    ck_assert_int_eq(log_count("GET /plain?op=rel4c"), 0);
+    ck_assert_int_eq(log_count("GET /plain?op=rel4d"), 0);
+    ck_assert_int_eq(atomic_load(&hook.starts), 0);
+    ck_assert_uint_eq(fetch_inflight(g_f), 0);
+    engine_stop();
+}
+END_TEST
+
+START_TEST(test_release_workflow_between_steps)
+{
+    /* a workflow released while its first step runs: the step's answer is
+     * recorded, the second step is never sent */
+    engine_start(NULL);
+    void *op = (void *)0x501;
+    const char *p[] = {"/slow?op=rel5a", "/plain?op=rel5b"};
+    submit_wf(p, NULL, 2, true, false, op);
+    wait_log("GET /slow?op=rel5a", 1);
+    fetch_release(g_f, op);
+    struct fetch_result *r = wait_one();
+    assert_released(r, op);
+    ck_assert_int_eq(r->status, 200);
+    ck_assert_uint_eq(r->attempts, 1);
+    ck_assert_uint_eq(r->n_steps_total, 2);
+    ck_assert_uint_eq(r->n_steps, 2);
+    ck_assert_int_eq(r->steps[0].status, 200);
+    ck_assert_str_eq(r->steps[0].category, "");
+    ck_assert_str_eq(r->steps[1].category, "released");
+    ck_assert_uint_eq(r->steps[1].attempts, 0);
+    fetch_result_destroy(r);
+    usleep(100000);
+    ck_assert_int_eq(log_count("GET /plain?op=rel5b"), 0);
+    engine_stop();
+}
+END_TEST
+
 Suite *fetch_engine_suite(void)
 {
     Suite *s = suite_create("fetch_engine");
@@ -610,6 +849,11 @@ Suite *fetch_engine_suite(void)
     tcase_add_test(te, test_per_host_cap);
     tcase_add_test(te, test_deadline_before_retry_after_fails_at_once);
     tcase_add_test(te, test_deadline_after_retry_after_waits_it_out);
+    tcase_add_test(te, test_release_waiting_retry_after);
+    tcase_add_test(te, test_release_running_completes);
+    tcase_add_test(te, test_release_running_retryable);
+    tcase_add_test(te, test_release_unknown_harmless);
+    tcase_add_test(te, test_release_workflow_between_steps);
     suite_add_tcase(s, te);
     return s;
 }
