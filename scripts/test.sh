@@ -26,8 +26,10 @@
 #                          time (default: it_crash, 20 kill -9 restarts, ~100 s;
 #                          it_broker_restart, ~50 s waiting on the broker's
 #                          restart, its producer paths run under ASan in
-#                          it_producer_fatal; helm_chart, helm itself); empty
-#                          runs every entry
+#                          it_producer_fatal; helm_chart, helm itself;
+#                          smoke_kafka4, a JVM broker of its own, ~20 s, and
+#                          the same dedupd paths as it_flow); empty runs every
+#                          entry
 #   DEDUPD_KEEP_STACK=1    leave the stack running afterwards (default: stop it
 #                          if this script started it)
 set -euo pipefail
@@ -187,7 +189,7 @@ if want asan; then
     n_fail=$((n_fail + 1))
     record asan $(( $(date +%s) - t )) "FAILED (build)"
   else
-    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|helm_chart)\$}
+    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|helm_chart|smoke_kafka4)\$}
     echo "==> asan: unit and integration tests (build-asan/dedupd)${asan_exclude:+, all but /$asan_exclude/}"
     # A report aborts the process (SIGABRT: exit 134, never one of dedupd's own
     # codes) and goes to a file <dir>/san.PID instead of stderr: a report from a
