@@ -3,7 +3,8 @@
 # (clang, libclang-rt-14-dev, llvm: the ASan/UBSan build and the libFuzzer targets;
 # valgrind: the unit tests under memcheck; see scripts/test.sh).
 # Idempotent: quiet when everything is already installed.  Also fetches the Apache
-# Kafka broker jars (see scripts/kafka-jars.sh) unless DEDUPD_SKIP_KAFKA_JARS=1.
+# Kafka broker jars (see scripts/kafka-jars.sh: 3.9 for the local stack, 4.x for
+# scripts/smoke-kafka4.sh) unless DEDUPD_SKIP_KAFKA_JARS=1.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 

@@ -31,11 +31,19 @@
 #                 only need isolation can use their own consumer group instead.
 #   kafka-restart [SECONDS]  stop the broker cleanly, keep it down SECONDS, start
 #                 it again with its data (broker outage tests)
+#   kafka-up      start the broker alone (no other part, no topics) and wait until it
+#                 answers; kafka-down stops it.  With another run dir, version and
+#                 ports this is a second broker beside the stack, e.g. the 4.x one
+#                 of scripts/smoke-kafka4.sh:
+#                   DEDUPD_STACK_DIR=/tmp/x KAFKA_VERSION=4.4.0 KAFKA_PORT=19192 \
+#                   KAFKA_CONTROLLER_PORT=19193 scripts/stack.sh kafka-up
 #
 # Environment (defaults):
 #   DEDUPD_STACK_DIR=/tmp/dedupd-stack   run dir: configs, logs, pid files, Kafka data
 #   DEDUPD_CACHE=~/.cache/dedupd         where scripts/kafka-jars.sh put the jars
-#   KAFKA_LIBS=$DEDUPD_CACHE/kafka-3.9.1/libs
+#   KAFKA_VERSION=3.9.1                  the broker (from 4.0 on it logs through
+#                 log4j 2: the run dir then gets log4j2 configurations)
+#   KAFKA_LIBS=$DEDUPD_CACHE/kafka-$KAFKA_VERSION/libs
 #   KAFKA_PORT=19092 KAFKA_CONTROLLER_PORT=19093 KAFKA_HEAP=512m
 #   KAFKA_KEEP_DATA=0                    1: a broker started again keeps its data.  By
 #                 default `up` starting the broker (not running) begins from empty
@@ -214,14 +222,66 @@ wait_for() {
 KDIR=$STACK_DIR/kafka
 KPID=$KDIR/kafka.pid
 KPAT=kafka.Kafka
+# Kafka 4.x logs through log4j 2 (KIP-653), earlier versions through reload4j
+# (log4j 1).  kafka_log4j_opt tools|server: the JVM option that names the run
+# dir's logging configuration for the broker's version.
+kafka_log4j2() { [ "${KAFKA_VERSION%%.*}" -ge 4 ]; }
+kafka_log4j_opt() {
+  local f=log4j
+  [ "$1" = tools ] && f=tools-log4j
+  if kafka_log4j2; then echo "-Dlog4j2.configurationFile=$KDIR/${f}2.properties"
+  else echo "-Dlog4j.configuration=file:$KDIR/$f.properties"; fi
+}
 java_tool() { # class args... (short-lived JVM tuned for start-up time)
   local cls=$1; shift
   java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto \
-    -Dlog4j.configuration="file:$KDIR/tools-log4j.properties" \
+    "$(kafka_log4j_opt tools)" \
     -cp "$KAFKA_LIBS/*" "$cls" "$@"
 }
-kafka_config() {
-  mkdir -p "$KDIR/data" "$KDIR/logs"
+# The same two configurations for log4j 2 (Kafka 4.x).  kafka.network also says
+# at INFO why the broker closed a client's connection (a request version it no
+# longer supports, a corrupt batch): scripts/smoke-kafka4.sh reads that.
+kafka_log4j2_config() {
+  cat >"$KDIR/tools-log4j2.properties" <<EOF
+status = warn
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = stderr
+EOF
+  cat >"$KDIR/log4j2.properties" <<EOF
+status = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = $KDIR/logs/server.log
+appender.file.filePattern = $KDIR/logs/server.log.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 2
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = file
+logger.raftserver.name = kafka.server.KafkaRaftServer
+logger.raftserver.level = INFO
+logger.brokerserver.name = kafka.server.BrokerServer
+logger.brokerserver.level = INFO
+logger.controllerserver.name = kafka.server.ControllerServer
+logger.controllerserver.level = INFO
+logger.network.name = kafka.network
+logger.network.level = INFO
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+EOF
+}
+kafka_log4j1_config() {
   cat >"$KDIR/tools-log4j.properties" <<EOF
 log4j.rootLogger=WARN, stderr
 log4j.appender.stderr=org.apache.log4j.ConsoleAppender
@@ -229,7 +289,7 @@ log4j.appender.stderr.Target=System.err
 log4j.appender.stderr.layout=org.apache.log4j.PatternLayout
 log4j.appender.stderr.layout.ConversionPattern=[%d] %p %m (%c)%n
 EOF
-  write_if_changed "$KDIR/log4j.properties" <<EOF
+  write_if_changed "$KDIR/log4j.properties" <<EOF || true
 log4j.rootLogger=WARN, file
 log4j.appender.file=org.apache.log4j.RollingFileAppender
 log4j.appender.file.File=$KDIR/logs/server.log
@@ -243,6 +303,10 @@ log4j.logger.kafka.server.ControllerServer=INFO
 log4j.logger.state.change.logger=WARN
 log4j.logger.kafka.request.logger=WARN
 EOF
+}
+kafka_config() {
+  mkdir -p "$KDIR/data" "$KDIR/logs"
+  if kafka_log4j2; then kafka_log4j2_config; else kafka_log4j1_config; fi
   write_if_changed "$KDIR/server.properties" <<EOF
 # dedupd test broker: KRaft, combined mode, one node, loopback only.
 process.roles=broker,controller
@@ -302,7 +366,7 @@ kafka_start() {
   spawn "$KPID" "$KDIR/logs/stdout.log" \
     java "-Xmx$KAFKA_HEAP" "-Xms$KAFKA_HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true "-Dkafka.logs.dir=$KDIR/logs" \
-    "-Dlog4j.configuration=file:$KDIR/log4j.properties" \
+    "$(kafka_log4j_opt server)" \
     -cp "$KAFKA_LIBS/*" kafka.Kafka "$KDIR/server.properties"
 }
 kafka_wait() {
@@ -953,6 +1017,19 @@ cmd_kafka_restart() {
   kafka_wait
   log "kafka restarted"
 }
+# kafka-up / kafka-down: the broker alone (see the usage at the top).
+cmd_kafka_up() {
+  with_lock
+  local t0=$SECONDS
+  kafka_start
+  kafka_wait
+  log "kafka $KAFKA_VERSION up on $KAFKA_HOST:$KAFKA_PORT in $((SECONDS - t0))s (logs: $KDIR/logs)"
+}
+cmd_kafka_down() {
+  [ -d "$STACK_DIR" ] || return 0
+  with_lock
+  stop_pid "$KPID" "$KPAT" kafka 60
+}
 cmd_down() {
   local purge=0 a f
   [ "${1:-}" = --purge ] && purge=1
@@ -1065,5 +1142,7 @@ case "${1:-}" in
   env) cmd_env ;;
   topics-reset) with_lock; topics_reset ;;
   kafka-restart) shift; cmd_kafka_restart "$@" ;;
-  *) echo "usage: $0 up|down [--purge]|status|env|topics-reset|kafka-restart [SECONDS]" >&2; exit 2 ;;
+  kafka-up) cmd_kafka_up ;;
+  kafka-down) cmd_kafka_down ;;
+  *) echo "usage: $0 up|down [--purge]|status|env|topics-reset|kafka-restart [SECONDS]|kafka-up|kafka-down" >&2; exit 2 ;;
 esac

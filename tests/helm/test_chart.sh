@@ -69,7 +69,10 @@ def cfg: cm.data["dedupd.json"] | fromjson;
 def admin_port: (dedupd.ports | map(select(.name == "admin"))[0].containerPort);
 def cfg_admin_port: ((cfg.admin.listen // "0.0.0.0:9464") | split(":") | last | tonumber);
 def env($n): (dedupd.env // []) | map(select(.name == $n))[0];
-def drain_s: (((cfg.shutdown.grace_ms // 20000) + 999) / 1000 | floor);
+# drain = shutdown.grace_ms + rebalance.grace_ms (dedupd's defaults: 20000, 60000)
+def drain_s: (((cfg.shutdown.grace_ms // 20000) + (cfg.rebalance.grace_ms // 60000) + 999) / 1000 | floor);
+def static_member: workload.kind == "StatefulSet";
+def any_giid: [all_containers[] | (.env // [])[] | select(.name == "DEDUPD_KAFKA__GROUP__INSTANCE__ID")] | length > 0;
 def sc($c; $k): (pod.securityContext // {}) as $p | ($c.securityContext // {}) | if has($k) then .[$k] else $p[$k] end;
 def mount($c; $p): ($c.volumeMounts // []) | map(select(.mountPath == $p))[0];
 def volume($n): (pod.volumes // []) | map(select(.name == $n))[0];
@@ -138,9 +141,11 @@ common_checks() {
   check "$c: readiness probe GET /readyz on the admin port" "$j" \
     'dedupd.readinessProbe.httpGet.path == "/readyz" and (dedupd.readinessProbe.httpGet.port == "admin" or dedupd.readinessProbe.httpGet.port == admin_port)'
   check "$c: admin listener not on loopback" "$j" '(cfg.admin.listen | test("^(127\\.|localhost|\\[::1\\])")) | not'
-  check "$c: DEDUPD_KAFKA__GROUP__INSTANCE__ID and POD_NAME from metadata.name" "$j" \
-    'env("DEDUPD_KAFKA__GROUP__INSTANCE__ID").valueFrom.fieldRef.fieldPath == "metadata.name" and env("POD_NAME").valueFrom.fieldRef.fieldPath == "metadata.name"'
-  check "$c: instance.id left to the pod name" "$j" '(cfg.instance.id // "") == ""'
+  check "$c: POD_NAME and instance.id (DEDUPD_INSTANCE__ID) from metadata.name" "$j" \
+    'env("POD_NAME").valueFrom.fieldRef.fieldPath == "metadata.name" and env("DEDUPD_INSTANCE__ID").valueFrom.fieldRef.fieldPath == "metadata.name" and (cfg.instance.id // "") == ""'
+  check "$c: group.instance.id from the pod name in a StatefulSet, none in a Deployment" "$j" \
+    'if static_member then env("DEDUPD_KAFKA__GROUP__INSTANCE__ID").valueFrom.fieldRef.fieldPath == "metadata.name" else (any_giid | not) end'
+  check "$c: no group.instance.id in the config (the chart decides it)" "$j" '(cfg.kafka // {}) | has("group.instance.id") | not'
   check "$c: dedupd runs run -c /etc/dedupd/dedupd.json" "$j" 'dedupd.args[0:3] == ["run", "-c", "/etc/dedupd/dedupd.json"]'
   check "$c: config ConfigMap mounted read-only at /etc/dedupd" "$j" \
     'mount(dedupd; "/etc/dedupd").readOnly == true and volume(mount(dedupd; "/etc/dedupd").name).configMap.name == cm.metadata.name'
@@ -154,7 +159,7 @@ common_checks() {
   check "$c: writable /tmp emptyDir" "$j" 'volume(mount(dedupd; "/tmp").name).emptyDir != null'
   check "$c: resources requests and limits (cpu, memory)" "$j" \
     'dedupd.resources.requests.cpu != null and dedupd.resources.requests.memory != null and dedupd.resources.limits.cpu != null and dedupd.resources.limits.memory != null'
-  check "$c: terminationGracePeriodSeconds > shutdown.grace_ms" "$j" 'pod.terminationGracePeriodSeconds > drain_s'
+  check "$c: terminationGracePeriodSeconds > shutdown.grace_ms + rebalance.grace_ms" "$j" 'pod.terminationGracePeriodSeconds > drain_s'
   check "$c: PodDisruptionBudget selects the pods" "$j" \
     '(by_kind("PodDisruptionBudget") | length) == 1 and subset(by_kind("PodDisruptionBudget")[0].spec.selector.matchLabels; podmeta.labels)'
   check "$c: Prometheus scrape annotations (scrape, port, path)" "$j" \
@@ -227,7 +232,8 @@ if render $c -f "$here/values-$c.yaml"; then
     '(by_kind("Secret") | length) == 1 and (by_kind("Secret")[0].data["broker-sasl-password"] | @base64d) == "s3cr3t-SASL-value-7f1c" and (by_kind("Secret")[0].data["api-token"] | @base64d) == "tok-API-value-93ab"'
   check "$c: checksum/secret annotation" "$j" '(podmeta.annotations["checksum/secret"] | length) == 64'
   check "$c: kafka.* passes through to the config" "$j" 'cfg.kafka["security.protocol"] == "sasl_ssl" and cfg.broker.sasl_username == "dedupd"'
-  check "$c: default terminationGracePeriodSeconds = 20 s drain + 15 s" "$j" 'pod.terminationGracePeriodSeconds == 35'
+  check "$c: default terminationGracePeriodSeconds = 20 s shutdown + 60 s rebalance + 15 s" "$j" 'pod.terminationGracePeriodSeconds == 95'
+  check "$c: Deployment: a dynamic member (no group.instance.id)" "$j" 'workload.kind == "Deployment" and (any_giid | not)'
   check "$c: dashboard ConfigMap labelled grafana_dashboard" "$j" \
     '(map(select(.kind == "ConfigMap" and .metadata.labels.grafana_dashboard == "1")) | length) == 1 and (map(select(.metadata.labels.grafana_dashboard == "1"))[0].data["dedupd.json"] | fromjson | .title) == "dedupd"'
   no_secret_values $c "s3cr3t-SASL-value-7f1c" "tok-API-value-93ab"
@@ -240,6 +246,8 @@ if render $c -f "$here/values-$c.yaml"; then
   j=$tmp/$c.json
   check "$c: dedupd is the only container" "$j" '(pod.containers | map(.name)) == ["dedupd"] and (pod.initContainers // []) == []'
   check "$c: Deployment with 3 replicas" "$j" 'workload.kind == "Deployment" and workload.spec.replicas == 3'
+  check "$c: Deployment renders no group.instance.id anywhere" "$j" \
+    '(any_giid | not) and (tostring | test("GROUP__INSTANCE__ID|group\\.instance\\.id") | not)'
   check "$c: no Secret and no secret env without credentials" "$j" \
     '(by_kind("Secret") | length) == 0 and env("DEDUPD_BROKER__SASL_PASSWORD") == null and env("DEDUPD_API__TOKEN") == null'
   check "$c: no dashboard ConfigMap by default" "$j" '(map(select(.metadata.labels.grafana_dashboard != null)) | length) == 0'
@@ -258,7 +266,10 @@ if render $c -f "$here/values-$c.yaml"; then
   check "$c: serviceName is the (headless) metrics Service" "$j" \
     'workload.spec.serviceName == by_kind("Service")[0].metadata.name and by_kind("Service")[0].spec.clusterIP == "None"'
   check "$c: PVC retention policy" "$j" 'workload.spec.persistentVolumeClaimRetentionPolicy == {"whenDeleted": "Retain", "whenScaled": "Retain"}'
-  check "$c: terminationGracePeriodSeconds derived from grace_ms 45000 (45 + 15)" "$j" 'pod.terminationGracePeriodSeconds == 60'
+  check "$c: terminationGracePeriodSeconds derived from grace_ms 45000 (45 + 60 + 15)" "$j" 'pod.terminationGracePeriodSeconds == 120'
+  check "$c: 2 replicas" "$j" 'workload.spec.replicas == 2'
+  check "$c: static member: group.instance.id = the pod name (downward API)" "$j" \
+    'env("DEDUPD_KAFKA__GROUP__INSTANCE__ID") == {"name": "DEDUPD_KAFKA__GROUP__INSTANCE__ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}'
 fi
 
 # ---- existing Secret -----------------------------------------------------------------------
@@ -281,18 +292,61 @@ if render $c -f "$here/values-$c.yaml"; then
   check "$c: dedupd resources as given" "$j" \
     'dedupd.resources == {"requests": {"cpu": "500m", "memory": "768Mi"}, "limits": {"cpu": "3", "memory": "2Gi"}}'
   check "$c: app resources as given" "$j" 'app[0].resources == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}'
-  check "$c: terminationGracePeriodSeconds 90 as given" "$j" 'pod.terminationGracePeriodSeconds == 90'
+  check "$c: terminationGracePeriodSeconds 150 as given" "$j" 'pod.terminationGracePeriodSeconds == 150'
   check "$c: native sidecar (init container, restartPolicy Always)" "$j" \
     '(pod.initContainers | map(.name)) == ["dedupd"] and pod.initContainers[0].restartPolicy == "Always" and (pod.containers | map(.name)) == ["app"]'
   check "$c: admin port 9500 in container, probes, annotation and Service" "$j" \
     'admin_port == 9500 and podmeta.annotations["prometheus.io/port"] == "9500" and by_kind("Service")[0].spec.ports[0].port == 9500'
 fi
 
+# ---- StatefulSet on an emptyDir (static membership without a PVC), 4 replicas ------------
+c=statefulset-emptydir
+if render $c --set mode=standalone --set workload=StatefulSet --set replicaCount=4; then
+  common_checks $c --set mode=standalone --set workload=StatefulSet --set replicaCount=4
+  j=$tmp/$c.json
+  check "$c: StatefulSet with 4 replicas" "$j" 'workload.kind == "StatefulSet" and workload.spec.replicas == 4'
+  check "$c: emptyDir store, no PVC template" "$j" 'volume("data").emptyDir != null and (workload.spec.volumeClaimTemplates // []) == []'
+  check "$c: group.instance.id = the pod name" "$j" 'env("DEDUPD_KAFKA__GROUP__INSTANCE__ID").valueFrom.fieldRef.fieldPath == "metadata.name"'
+  check "$c: headless Service" "$j" 'by_kind("Service")[0].spec.clusterIP == "None" and workload.spec.serviceName == by_kind("Service")[0].metadata.name'
+fi
+
+# ---- replicas left to an HPA (null) --------------------------------------------------------
+c=replicas-null
+if render $c --set mode=standalone --set replicaCount=null; then
+  check "$c: no replicas field" "$tmp/$c.json" 'workload.spec | has("replicas") | not'
+fi
+c=replicas-sidecar
+if render $c -f "$here/values-sidecar.yaml" --set replicaCount=6; then
+  check "$c: sidecar pods follow replicaCount (6)" "$tmp/$c.json" 'workload.spec.replicas == 6 and (pod.containers | length) == 2'
+fi
+
+# ---- the grace covers both drains (rebalance.grace_ms given) ---------------------------------
+# (not checked by `dedupd config --dump`: a dedupd without scale-out refuses the option)
+c=rebalance-grace
+if render $c --set mode=standalone --set config.shutdown.grace_ms=30000 --set config.rebalance.grace_ms=90500; then
+  check "$c: terminationGracePeriodSeconds = ceil(30 + 90.5) + 15 = 136" "$tmp/$c.json" 'pod.terminationGracePeriodSeconds == 136'
+  check "$c: grace > shutdown.grace_ms + rebalance.grace_ms" "$tmp/$c.json" 'pod.terminationGracePeriodSeconds > drain_s and drain_s == 121'
+fi
+refuse "terminationGracePeriodSeconds within shutdown + rebalance grace" 'terminationGracePeriodSeconds=100 must exceed the drain period' \
+  --set mode=standalone --set terminationGracePeriodSeconds=100 --set config.shutdown.grace_ms=30000 --set config.rebalance.grace_ms=90000
+
+# The chart's defaults of the two graces are dedupd's.
+if [ -n "$dedupd_bin" ]; then
+  "$dedupd_bin" config --doc >"$tmp/config-doc.md" 2>/dev/null || true
+  for opt_def in shutdown.grace_ms=20000 rebalance.grace_ms=60000; do
+    opt=${opt_def%%=*} def=${opt_def#*=}
+    got=$(awk -F'|' -v o="\`$opt\`" '{n=$2; gsub(/ /, "", n)} n == o {v=$5; gsub(/[ `]/, "", v); print v}' "$tmp/config-doc.md")
+    if [ -z "$got" ]; then echo "note: dedupd does not know $opt yet: the chart assumes dedupd's default will be $def"
+    elif [ "$got" = "$def" ]; then ok "the chart's default $opt = dedupd's ($def)"
+    else not_ok "the chart's default $opt = dedupd's" "chart $def, dedupd $got (_helpers.tpl dedupd.drainSeconds, test_chart.sh drain_s)"; fi
+  done
+fi
+
 # ---- refusals -----------------------------------------------------------------------------
 refuse "terminationGracePeriodSeconds below the drain period" 'terminationGracePeriodSeconds=10 must exceed' \
   --set mode=standalone --set terminationGracePeriodSeconds=10
 refuse "terminationGracePeriodSeconds equal to the drain period" 'must exceed the drain period' \
-  --set mode=standalone --set terminationGracePeriodSeconds=30 --set config.shutdown.grace_ms=30000
+  --set mode=standalone --set terminationGracePeriodSeconds=90 --set config.shutdown.grace_ms=30000
 refuse "api.token in config (ConfigMap)" 'config.api.token is a secret' \
   --set mode=standalone --set config.api.token=abc
 refuse "broker.sasl_password in config" 'config.broker.sasl_password is a secret' \
@@ -309,6 +363,16 @@ refuse "sidecar mode without app.image" 'needs app.image'
 refuse "unknown mode" 'sidecar.*standalone' --set mode=daemon
 refuse "fixed instance.id with several replicas" 'instance.id is set' \
   --set mode=standalone --set replicaCount=2 --set config.instance.id=x
+refuse "fixed instance.id (the chart sets the pod name)" 'config.instance.id is set' \
+  --set mode=standalone --set config.instance.id=x
+refuse "kafka group.instance.id in config" 'config.kafka.group.instance.id is set' \
+  --set mode=standalone --set 'config.kafka.group\.instance\.id=x'
+refuse "static membership env in a Deployment" 'DEDUPD_KAFKA__GROUP__INSTANCE__ID in a Deployment.*KIP-345' \
+  --set mode=standalone --set 'env[0].name=DEDUPD_KAFKA__GROUP__INSTANCE__ID' --set 'env[0].value=x'
+refuse "a PVC with workload=Deployment" 'persistence.enabled=true needs workload=StatefulSet' \
+  --set mode=standalone --set persistence.enabled=true --set workload=Deployment
+refuse "unknown workload (schema)" 'workload' \
+  --set mode=standalone --set workload=DaemonSet
 refuse "misspelled top-level value (schema)" "additional properties 'persistance'" \
   --set mode=standalone --set persistance.enabled=true
 

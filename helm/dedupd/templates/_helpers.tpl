@@ -52,9 +52,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (include "dedupd.imageTag" .) -}}
 {{- end -}}
 
-{{/* StatefulSet (PVC per pod) or Deployment (emptyDir). */}}
+{{/* workload, or when empty: StatefulSet with a PVC per pod (persistence.enabled), else Deployment. */}}
 {{- define "dedupd.workloadKind" -}}
-{{- if .Values.persistence.enabled -}}StatefulSet{{- else -}}Deployment{{- end -}}
+{{- if .Values.workload -}}{{ .Values.workload }}
+{{- else if .Values.persistence.enabled -}}StatefulSet
+{{- else -}}Deployment
+{{- end -}}
+{{- end -}}
+
+{{- define "dedupd.statefulSet" -}}
+{{- if eq (include "dedupd.workloadKind" .) "StatefulSet" -}}true{{- end -}}
+{{- end -}}
+
+{{/* replicas: of the workload, left out when replicaCount is null (an HPA or your own scaling decides). */}}
+{{- define "dedupd.replicas" -}}
+{{- if not (kindIs "invalid" .Values.replicaCount) }}
+replicas: {{ .Values.replicaCount }}
+{{- end }}
 {{- end -}}
 
 {{/* Config -------------------------------------------------------------------- */}}
@@ -92,10 +106,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- regexFind "[0-9]+$" $listen -}}
 {{- end -}}
 
-{{/* Drain period in whole seconds: ceil(shutdown.grace_ms / 1000). */}}
+{{/* Drain period in whole seconds: ceil((shutdown.grace_ms + rebalance.grace_ms) / 1000).
+     On SIGTERM dedupd finishes its ops in flight (shutdown.grace_ms), then leaves the
+     group: the revoke drains and writes release records (rebalance.grace_ms).  The
+     defaults are dedupd's (docs/CONFIG.md; tests/helm checks them against
+     `dedupd config --doc` once dedupd knows both options). */}}
 {{- define "dedupd.drainSeconds" -}}
 {{- $cfg := include "dedupd.configDict" . | fromJson -}}
-{{- $ms := int64 (dig "shutdown" "grace_ms" 20000 $cfg) -}}
+{{- $ms := add (int64 (dig "shutdown" "grace_ms" 20000 $cfg)) (int64 (dig "rebalance" "grace_ms" 60000 $cfg)) -}}
 {{- div (add $ms 999) 1000 -}}
 {{- end -}}
 
@@ -105,7 +123,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $set := int64 (default 0 .Values.terminationGracePeriodSeconds) -}}
 {{- if gt $set 0 -}}
 {{- if le $set $drain -}}
-{{- fail (printf "terminationGracePeriodSeconds=%d must exceed the drain period of config.shutdown.grace_ms (%ds): dedupd would be killed while it drains" $set $drain) -}}
+{{- fail (printf "terminationGracePeriodSeconds=%d must exceed the drain period, config.shutdown.grace_ms + config.rebalance.grace_ms (%ds): dedupd would be killed while it drains" $set $drain) -}}
 {{- end -}}
 {{- $set -}}
 {{- else -}}
@@ -166,6 +184,23 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and .Values.nativeSidecar (ne .Values.mode "sidecar") -}}
 {{- fail "nativeSidecar=true needs mode=sidecar" -}}
 {{- end -}}
+{{- if not (has (include "dedupd.workloadKind" .) (list "Deployment" "StatefulSet")) -}}
+{{- fail (printf "workload %q: expected Deployment or StatefulSet (or empty)" .Values.workload) -}}
+{{- end -}}
+{{- if and .Values.persistence.enabled (not (include "dedupd.statefulSet" .)) -}}
+{{- fail "persistence.enabled=true needs workload=StatefulSet (a PVC per pod); leave workload empty or set it to StatefulSet" -}}
+{{- end -}}
+{{- /* static membership: the chart alone decides it (StatefulSet: the pod name) */ -}}
+{{- if hasKey (default (dict) (get $cfg "kafka")) "group.instance.id" -}}
+{{- fail "config.kafka.group.instance.id is set: the chart sets static membership itself (workload=StatefulSet: the pod name; a Deployment must not use it, KIP-345)" -}}
+{{- end -}}
+{{- if not (include "dedupd.statefulSet" .) -}}
+{{- range (concat (default (list) .Values.env) (default (list) .Values.app.env)) -}}
+{{- if eq (toString (get . "name")) "DEDUPD_KAFKA__GROUP__INSTANCE__ID" -}}
+{{- fail "env DEDUPD_KAFKA__GROUP__INSTANCE__ID in a Deployment: its pod names change on every rollout and a static member sends no LeaveGroup (KIP-345), so its partitions would sit idle for session.timeout.ms; use workload=StatefulSet" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* secrets never go to the ConfigMap */ -}}
 {{- range $path := list "broker.sasl_password" "api.token" -}}
 {{- $parts := splitList "." $path -}}
@@ -198,8 +233,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not (hasPrefix $mount $store) -}}
 {{- fail (printf "config.store.path %q must be under persistence.mountPath %q (the only writable volume for the store)" $store $mount) -}}
 {{- end -}}
-{{- if and (dig "instance" "id" "" $cfg) (gt (int .Values.replicaCount) 1) -}}
-{{- fail "config.instance.id is set and replicaCount > 1: every pod would share one instance name; leave it empty (each pod uses its name)" -}}
+{{- if dig "instance" "id" "" $cfg -}}
+{{- fail "config.instance.id is set: the chart sets instance.id to each pod's name (DEDUPD_INSTANCE__ID), so that no two pods share one; leave it empty" -}}
 {{- end -}}
 {{- $_ := include "dedupd.adminPort" . -}}
 {{- $_ := include "dedupd.terminationGracePeriodSeconds" . -}}
@@ -234,11 +269,22 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       valueFrom:
         fieldRef:
           fieldPath: metadata.namespace
-    # Static membership: this pod's name is its Kafka group.instance.id.
+    # instance.id (lease owners; transactional.id under exactly_once): the pod name.
+    - name: DEDUPD_INSTANCE__ID
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    {{- if include "dedupd.statefulSet" . }}
+    # Static membership (KIP-345), StatefulSet only: the pod name is stable, so a
+    # restarted pod rejoins as the same member and gets its partitions back
+    # without a rebalance.  (Never in a Deployment: its pod names change on
+    # every rollout and a static member sends no LeaveGroup, so the partitions
+    # of a replaced pod would sit idle for session.timeout.ms.)
     - name: DEDUPD_KAFKA__GROUP__INSTANCE__ID
       valueFrom:
         fieldRef:
           fieldPath: metadata.name
+    {{- end }}
     {{- with include "dedupd.secretEnv" . | trim }}
     {{- . | nindent 4 }}
     {{- end }}
@@ -372,8 +418,9 @@ spec:
   # No Service environment variables (a Service named "dedupd" would put DEDUPD_*
   # variables into the environment, dedupd's own prefix).
   enableServiceLinks: false
-  # Above the drain period (config.shutdown.grace_ms = {{ include "dedupd.drainSeconds" . }}s): the first
-  # SIGTERM makes dedupd finish its ops in flight, flush and commit.
+  # Above the drain period (config.shutdown.grace_ms + config.rebalance.grace_ms =
+  # {{ include "dedupd.drainSeconds" . }}s): the first SIGTERM makes dedupd finish its ops in flight, leave
+  # the group (the revoke drains and releases what did not finish), flush and commit.
   terminationGracePeriodSeconds: {{ include "dedupd.terminationGracePeriodSeconds" . }}
   securityContext:
     {{- toYaml .Values.podSecurityContext | nindent 4 }}
