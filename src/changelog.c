@@ -393,7 +393,10 @@ void changelog_restorer_destroy(struct changelog_restorer *r)
 {
     if (!r)
         return;
-    rd_kafka_destroy(r->rk);
+    /* it never joined its group nor committed: nothing to leave (a plain
+     * rd_kafka_destroy would close it as a group member and can wait
+     * forever for an unassign of messages nobody polls) */
+    rd_kafka_destroy_flags(r->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
     free(r);
 }
 
@@ -549,8 +552,10 @@ static dd_err_t restore_msg(struct restore *rs, rd_kafka_message_t *m,
             dd_err_t err = changelog_identity_check(rs->cfg, m->payload,
                                                     m->len, errstr,
                                                     errstr_size);
-            if (err)
+            if (err) {
+                rd_kafka_message_destroy(m);
                 return err;
+            }
         }
         rs->recs[rs->nb] = (struct store_restore_rec){
             m->key, m->key_len, m->payload, m->len};

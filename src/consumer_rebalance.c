@@ -31,12 +31,6 @@
 
 #define DRAIN_CHECK_MS 50 /* how often a drain looks for retry waits */
 
-/* TEMPORARY until the fetch engine's fetch_release lands (h-fetch). */
-__attribute__((weak)) void fetch_release(struct fetch *f, void *opaque);
-__attribute__((weak)) void fetch_release(struct fetch *f, void *opaque)
-{
-    (void)f, (void)opaque;
-}
 
 /* The partition ids of \p parts (librdkafka's list) for partitions.h. */
 static int32_t *partition_ids(const rd_kafka_topic_partition_list_t *parts)
