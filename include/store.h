@@ -102,6 +102,10 @@ enum store_op_state {
     STORE_OP_RETRYABLE = 2,
     STORE_OP_COMPLETE = 3,
     STORE_OP_FAILED = 4,
+    STORE_OP_FORGOTTEN = 5, /**< dropped by `dedupd forget` (a record, not a
+                                 deletion, so the changelog keeps it): a
+                                 claim treats it as absent and continues
+                                 from its generation + 1 */
 };
 
 enum store_outbox_state {
@@ -771,6 +775,20 @@ dd_err_t store_op_release(struct store *store, const char *op_id,
                           uint64_t generation, int64_t now_ms,
                           unsigned char *buf, size_t *len, char *errstr,
                           size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Forget \p op_id (DESIGN.md section 6, `dedupd forget`): its record
+ *        becomes FORGOTTEN at generation + 1 (lease and outbox cleared,
+ *        expiring after the ops TTL from \p now_ms), so the next job of the
+ *        op is fetched again; \p buf gets its changelog value.
+ * @param found  Out: false when the op was absent or expired (nothing
+ *               written).
+ * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO; DD_ERR_FATAL.
+ * @locality any thread (the op's stripe).
+ */
+dd_err_t store_op_forget(struct store *store, const char *op_id,
+                         int64_t now_ms, unsigned char *buf, size_t *len,
+                         bool *found, char *errstr, size_t errstr_size) DD_WUR;
 
 /** One changelog record to restore (borrowed bytes). */
 struct store_restore_rec {

@@ -123,9 +123,10 @@ SQUID_BIN=${SQUID_BIN:-/usr/sbin/squid}
 SQUID_NCSA=${SQUID_NCSA:-/usr/lib/squid/basic_ncsa_auth}
 
 # Topics created by `up` (TOPIC_PARTITIONS partitions each, replication factor 1);
-# topic_config gives the extra --config of a topic.
-TOPICS=(scrape.jobs scrape.results scrape.conflicts scrape.jobs.dlq dedupd.changelog)
-topic_config() { [ "$1" = dedupd.changelog ] && echo "cleanup.policy=compact" || true; }
+# topic_config gives the extra --config of a topic.  The changelog
+# (<consumer.group_id>-changelog) is created by `dedupd run` itself.
+TOPICS=(scrape.jobs scrape.results scrape.conflicts scrape.jobs.dlq)
+topic_config() { true; }
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() { printf 'stack: error: %s\n' "$*" >&2; exit 1; }

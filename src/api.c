@@ -21,6 +21,8 @@ struct api {
     struct job_conf jconf;
     struct store *store;
     struct producer *prod; /* POST /v1/jobs; the api listener's thread only */
+    const char *topic;     /* where POST /v1/jobs produces: topics.jobs, or
+                              the failpoint's topic (below) */
     struct http *http;
     atomic_bool ready;     /* set by the pipeline, read by /readyz */
 };
@@ -177,7 +179,7 @@ static int submit_produce(struct api *a, const struct job *job,
     struct api_delivery d = {0};
     struct producer_header h[2] = {{"dedupd-op-id", job->op_id},
                                    {"dedupd-request-hash", job->request_hash}};
-    if (producer_send(a->prod, a->cfg->topic_jobs, job->op_id,
+    if (producer_send(a->prod, a->topic, job->op_id,
                       strlen(job->op_id), payload, len, h, 2, &d, e,
                       sizeof(e)) ||
         producer_flush(a->prod, 15000) || !d.done || d.err) {
@@ -278,6 +280,11 @@ dd_err_t api_new(const struct cfg *cfg, const struct job_conf *jconf,
         err = producer_new(cfg, api_dr, &a->prod, errstr, errstr_size);
         if (err)
             goto out;
+        /* Failpoint of it_api_pending_409: POST /v1/jobs produces to this
+         * topic (one that does not exist: its produce is never
+         * acknowledged), while the run consumes topics.jobs. */
+        const char *ft = getenv("DEDUPD_FAILPOINT_API_TOPIC");
+        a->topic = ft && *ft ? ft : cfg->topic_jobs;
         /* Failpoint of the job API producer's reset (it_admin): a fatal
          * error before the first POST /v1/jobs. */
         const char *fp = getenv("DEDUPD_FAILPOINT_API_PRODUCER_FATAL");

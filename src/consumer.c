@@ -719,6 +719,66 @@ static void reroute(struct pipeline *pl, const rd_kafka_message_t *rkm,
     consumer_out_send(pl, m);
 }
 
+/* The forget control message (key op_id, header dedupd-control: forget;
+ * DESIGN.md section 6): the op's owner writes a FORGOTTEN record at
+ * generation + 1 and records it in the changelog; the message is done when
+ * that is acknowledged.  @returns false when \p rkm is not a control
+ * message. */
+static bool control(struct pipeline *pl, const rd_kafka_message_t *rkm,
+                    struct pmsg *pm)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *v;
+    size_t vlen;
+    if (rd_kafka_message_headers(rkm, &hdrs) ||
+        rd_kafka_header_get_last(hdrs, "dedupd-control", &v, &vlen))
+        return false;
+    char why[DD_ERRSTR_SIZE], op_id[STORE_KEY_MAX + 1];
+    if (vlen != 6 || memcmp(v, "forget", 6)) {
+        snprintf(why, sizeof(why), "unknown control message '%.*s' (known: "
+                 "forget)", (int)(vlen > 64 ? 64 : vlen), (const char *)v);
+        send_dlq(pl, rkm, pm, why);
+        return true;
+    }
+    if (!rkm->key || !rkm->key_len || rkm->key_len > STORE_KEY_MAX ||
+        memchr(rkm->key, '\0', rkm->key_len)) {
+        send_dlq(pl, rkm, pm, "forget: the key must be the op_id");
+        return true;
+    }
+    memcpy(op_id, rkm->key, rkm->key_len);
+    op_id[rkm->key_len] = '\0';
+    int32_t want = op_partition(pl, op_id);
+    if (want >= 0 && want != rkm->partition) {
+        snprintf(why, sizeof(why), "forget on partition %d: op_id maps to "
+                 "partition %d (produce it keyed by op_id with the murmur2 "
+                 "partitioner, as dedupd forget does)", (int)rkm->partition,
+                 (int)want);
+        send_dlq(pl, rkm, pm, why);
+        return true;
+    }
+    unsigned char val[STORE_CHANGELOG_VALUE_MAX];
+    size_t len = 0;
+    bool found = false;
+    if (store_op_forget(pl->store, op_id, dd_now_ms(), val, &len, &found, why,
+                        sizeof(why))) {
+        /* kept, not lost: `dedupd redrive` sends it again */
+        char dlq[DD_ERRSTR_SIZE + 32];
+        snprintf(dlq, sizeof(dlq), "forget: %s", why);
+        send_dlq(pl, rkm, pm, dlq);
+        return true;
+    }
+    struct log_ctx lc = {pl->cfg->topic_jobs, rkm->partition, rkm->offset,
+                         op_id};
+    log_ctx_msg(LOG_NOTICE, "consumer", &lc, found
+                ? "forgot the op: its next job is fetched again"
+                : "forget: the op is not in the store (nothing to forget)");
+    if (found)
+        consumer_out_changelog(pl, rkm->partition, op_id, val, len, pm);
+    else
+        consumer_msg_done(pl, pm);
+    return true;
+}
+
 /* Parse and check one message; returns false when it went to the DLQ or was
  * decided on the fast path. */
 static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
@@ -738,6 +798,8 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         return false;
     }
     struct pmsg *pm = msg_track(pl, rkm->partition, rkm->offset);
+    if (control(pl, rkm, pm))
+        return false;
     char e[DD_ERRSTR_SIZE];
     struct job *job = NULL;
     if (!rkm->payload || rkm->len == 0) {

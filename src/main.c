@@ -3,7 +3,7 @@
  *   1  runtime failure (Kafka, store, I/O)
  *   2  usage or configuration error
  *   3  submit/key: some input was not a valid job (submit sent none of it)
- *   4  inspect/forget: the op is not in the store
+ *   4  inspect: the op is not in the store
  */
 #include <errno.h>
 #include <getopt.h>
@@ -60,7 +60,8 @@ static const char *usage_text =
     "          print each result once (drops event_keys already seen)\n"
     "  key     [-c FILE] JOB.json|-   show canonical request, op_id, hashes\n"
     "  inspect -c FILE OP_ID [--json]     the op record and its attempts\n"
-    "  forget  -c FILE OP_ID              drop an op: its next job is fetched again\n"
+    "  forget  -c FILE OP_ID              drop an op (a control message to its\n"
+    "                                     owner): its next job is fetched again\n"
     "  redrive -c FILE [--dry-run] [--all]  DLQ records back to the jobs topic\n"
     "          (valid ones re-keyed by op_id; still-invalid ones kept unless --all)\n"
     "  topics  -c FILE [--partitions N] [--replication-factor N] [--shadow]\n"
@@ -666,7 +667,7 @@ static int cmd_topics(int argc, char **argv)
 
 /* ---- inspect, forget ------------------------------------------------------ */
 
-/* Open the store of inspect/forget.  *rc: EXIT_NOT_FOUND when there is no
+/* Open the store of inspect.  *rc: EXIT_NOT_FOUND when there is no
  * store at store.path (never created there: nothing to answer from), else
  * EXIT_RUNTIME; a store that `run` holds (RocksDB's LOCK) says so. */
 static struct store *open_store_for_cli(const struct cfg *cfg, int *rc)
@@ -820,7 +821,31 @@ out:
     return rc;
 }
 
-/* `dedupd forget OP_ID`: drop an op so its next job is fetched again. */
+/* What the delivery report of `dedupd forget` says. */
+struct forget_report {
+    bool done;
+    dd_err_t err;
+    int32_t partition;
+    char errtext[256];
+};
+
+static void forget_dr(void *opaque, dd_err_t err, const char *errtext,
+                      int32_t partition, int64_t offset)
+{
+    struct forget_report *f = opaque;
+    (void)offset;
+    f->done = true;
+    f->err = err;
+    f->partition = partition;
+    if (errtext)
+        snprintf(f->errtext, sizeof(f->errtext), "%s", errtext);
+}
+
+/* `dedupd forget OP_ID`: a control message to the op's partition of the
+ * jobs topic (key op_id, header dedupd-control: forget; DESIGN.md section
+ * 6); the partition's owner drops the op (a FORGOTTEN record, also in the
+ * changelog), so its next job is fetched again.  Exit 0 once the broker
+ * acknowledged the message. */
 static int cmd_forget(int argc, char **argv)
 {
     static const struct option lo[] = {{"config", required_argument, 0, 'c'},
@@ -835,31 +860,37 @@ static int cmd_forget(int argc, char **argv)
         default: usage(stderr); return EXIT_USAGE;
         }
     }
-    if (optind >= argc) {
-        fprintf(stderr, "dedupd: forget: missing OP_ID\n");
+    if (optind >= argc || !*argv[optind] ||
+        strlen(argv[optind]) > JOB_OP_ID_MAX) {
+        fprintf(stderr, "dedupd: forget: missing or too long OP_ID\n");
         return EXIT_USAGE;
     }
+    const char *op_id = argv[optind];
     struct cfg *cfg = load_cfg(path);
     if (!cfg)
         return EXIT_USAGE;
-    int orc = 0;
-    struct store *st = open_store_for_cli(cfg, &orc);
-    if (!st) {
-        cfg_destroy(cfg);
-        return orc;
-    }
     char e[DD_ERRSTR_SIZE];
-    bool found = false;
+    struct producer *p = NULL;
+    struct forget_report f = {0};
     int rc = 0;
-    if (store_forget(st, argv[optind], &found, e, sizeof(e))) {
+    const struct producer_header h[] = {{"dedupd-control", "forget"}};
+    if (producer_new(cfg, forget_dr, &p, e, sizeof(e)) ||
+        producer_send(p, cfg->topic_jobs, op_id, strlen(op_id), "", 0, h, 1,
+                      &f, e, sizeof(e))) {
         fprintf(stderr, "dedupd: forget: %s\n", e);
         rc = EXIT_RUNTIME;
-    } else if (!found) {
-        fprintf(stderr, "dedupd: forget: op %s is not in the store\n", argv[optind]);
-        rc = EXIT_NOT_FOUND;
-    } else
-        printf("forgot %s\n", argv[optind]);
-    store_close(st);
+    } else if (producer_flush(p, 30000) || (producer_poll(p, 0), !f.done)) {
+        fprintf(stderr, "dedupd: forget: no acknowledgement from %s within "
+                "30 s\n", cfg->bootstrap_servers);
+        rc = EXIT_RUNTIME;
+    } else if (f.err) {
+        fprintf(stderr, "dedupd: forget: %s\n", f.errtext);
+        rc = EXIT_RUNTIME;
+    } else {
+        printf("forget %s sent to %s partition %d: its owner drops the op\n",
+               op_id, cfg->topic_jobs, (int)f.partition);
+    }
+    producer_destroy(p);
     cfg_destroy(cfg);
     return rc;
 }

@@ -208,12 +208,16 @@ static enum store_claim_result claim_apply(struct store *s,
                                            int64_t now_ms, bool *dirty)
 {
     *dirty = false;
-    if (!found) {
+    /* forgotten: a new op that continues from its generation (a late
+     * record of the forgotten one never wins over it) */
+    uint64_t gen0 = found && cur->state == STORE_OP_FORGOTTEN
+                        ? cur->generation : 0;
+    if (!found || gen0) {
         /* absent or expired: a new op (an expired record is overwritten) */
         memset(cur, 0, sizeof(*cur));
         cur->state = STORE_OP_RUNNING;
         cur->outbox_state = STORE_OUTBOX_NONE;
-        cur->generation = 1;
+        cur->generation = gen0 + 1;
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
         cur->created_at_ms = now_ms;
         cur->updated_at_ms = now_ms;
@@ -1636,6 +1640,7 @@ const char *store_op_state2str(enum store_op_state st)
     case STORE_OP_RETRYABLE: return "retryable";
     case STORE_OP_COMPLETE: return "complete";
     case STORE_OP_FAILED: return "failed";
+    case STORE_OP_FORGOTTEN: return "forgotten";
     }
     return "unknown";
 }

@@ -96,6 +96,41 @@ dd_err_t store_op_release(struct store *s, const char *op_id,
     return err;
 }
 
+dd_err_t store_op_forget(struct store *s, const char *op_id, int64_t now_ms,
+                         unsigned char *buf, size_t *len, bool *found,
+                         char *errstr, size_t errstr_size)
+{
+    dd_err_t err = store_op_id_check("store_op_forget", op_id, errstr,
+                                     errstr_size);
+    if (err)
+        return err;
+    struct store_index_key k;
+    pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
+    pthread_mutex_lock(mu);
+    struct store_op op;
+    *found = false;
+    err = store_op_read(s, op_id, now_ms, false, &op, found, errstr,
+                        errstr_size);
+    if (!err && *found) {
+        op.state = STORE_OP_FORGOTTEN;
+        op.generation++;
+        op.outbox_state = STORE_OUTBOX_NONE;
+        op.outbox_seq = 0;
+        op.lease_owner[0] = '\0';
+        op.lease_expires_at_ms = 0;
+        op.not_before_ms = 0;
+        op.updated_at_ms = now_ms;
+        op.expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
+        err = store_op_write(s, op_id, &op, errstr, errstr_size);
+        if (!err) {
+            store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
+            *len = store_changelog_encode(&op, buf);
+        }
+    }
+    pthread_mutex_unlock(mu);
+    return err;
+}
+
 /* "conflict/<op_id>/<request_hash>": split into op_id and hash. */
 static bool conflict_parse(const char *key, size_t len, char *op_id,
                            char hash[STORE_HASH_LEN + 1])

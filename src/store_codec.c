@@ -354,7 +354,7 @@ dd_err_t store_codec_op_decode(const void *val, size_t len, const char *op_id,
         op->not_before_ms = (int64_t)dec_u64(&d);
     if (d.bad || d.off != d.len || op->not_before_ms < 0
         || state < STORE_OP_RUNNING
-        || state > STORE_OP_FAILED || ostate > STORE_OUTBOX_SENT) {
+        || state > STORE_OP_FORGOTTEN || ostate > STORE_OUTBOX_SENT) {
         errstr_set_clean(errstr, errstr_size,
                          "store: ops record '%.*s' is corrupt (%zu bytes, "
                          "state %u, outbox state %u)",

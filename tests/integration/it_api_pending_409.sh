@@ -4,8 +4,10 @@
 # handles one request at a time, so a second submit cannot arrive while the
 # first waits in the same process; the pending state outlives a crash between
 # accepting and acknowledging instead:
-#   run 1: its jobs topic does not exist (the broker does not create topics),
-#          so the first POST's produce is never acknowledged and the handler
+#   run 1: the job API produces to a topic that does not exist (the failpoint
+#          DEDUPD_FAILPOINT_API_TOPIC; the broker does not create topics; run
+#          itself needs its jobs topic), so the first POST's produce is never
+#          acknowledged and the handler
 #          waits (up to 15 s) with its receipt pending; kill -9 during that
 #          wait;
 #   run 2: same store: the same key and payload is 409, at once, and nothing
@@ -17,7 +19,7 @@
 source "$(dirname "$0")/lib.sh"
 pid="" cpid=""
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; [ -n "$cpid" ] && kill "$cpid" 2>/dev/null; rm -rf "$WORK"' EXIT
-export DEDUPD_TOPICS__JOBS=$T.absent   # never created
+export DEDUPD_FAILPOINT_API_TOPIC=$T.absent   # never created
 now_ms() { date +%s%3N; }
 api_port() { # api_port LOG: the api listener's port, once run logged it
   local p=""
