@@ -68,7 +68,8 @@ int64_t changelog_retention_ms(const struct cfg *cfg);
 
 /**
  * @brief Start-up check of the topics (Admin API and metadata, at most
- *        about 30 s): the jobs topic exists; the changelog exists with the
+ *        about 30 s): the jobs topic and the output topics (results,
+ *        conflicts, dlq) exist; the changelog exists with the
  *        same partition count, or is created (cleanup.policy=compact,delete,
  *        retention.ms = changelog_retention_ms(), segment.ms = 1 h,
  *        delete.retention.ms = 1 d; replication: the broker's default);

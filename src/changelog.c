@@ -204,6 +204,31 @@ static dd_err_t changelog_check(rd_kafka_t *rk, const struct cfg *cfg,
     return err;
 }
 
+/* The output topics exist (a missing one is a configuration error, not a
+ * reason to retry every result for ever). */
+static dd_err_t outputs_exist(rd_kafka_t *rk, const struct cfg *cfg,
+                              char *errstr, size_t errstr_size)
+{
+    const char *const outs[][2] = {{"topics.results", cfg->topic_results},
+                                   {"topics.conflicts", cfg->topic_conflicts},
+                                   {"topics.dlq", cfg->topic_dlq}};
+    for (size_t i = 0; i < sizeof(outs) / sizeof(*outs); i++) {
+        int32_t n = 0;
+        dd_err_t err = topic_partitions(rk, outs[i][1], &n, errstr,
+                                        errstr_size);
+        if (err)
+            return err;
+        if (!n) {
+            snprintf(errstr, errstr_size,
+                     "%s: topic %s does not exist (create it: dedupd topics "
+                     "-c FILE%s)", outs[i][0], outs[i][1],
+                     !strncmp(outs[i][1], "shadow.", 7) ? " --shadow" : "");
+            return DD_ERR_INVAL;
+        }
+    }
+    return DD_OK;
+}
+
 dd_err_t changelog_ensure(const struct cfg *cfg, struct changelog_info *info,
                           char *errstr, size_t errstr_size)
 {
@@ -229,6 +254,7 @@ dd_err_t changelog_ensure(const struct cfg *cfg, struct changelog_info *info,
                  "topics -c FILE --partitions N)", cfg->topic_jobs);
         err = DD_ERR_INVAL;
     }
+    err = err ? err : outputs_exist(rk, cfg, errstr, errstr_size);
     if (!err)
         err = topic_partitions(rk, topic, &nc, errstr, errstr_size);
     if (!err && !nc) {

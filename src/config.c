@@ -922,6 +922,17 @@ static dd_err_t check_rules(const struct cfg *cfg, const char *src,
                       "fetch.backoff_base_ms", src);
         return DD_ERR_INVAL;
     }
+    if (cfg->store_ops_ttl_ms < cfg->store_lease_ms ||
+        cfg->store_ops_ttl_ms < cfg->fetch_deadline_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: store.ops_ttl_ms: %lld ms ends before a lease "
+                      "(store.lease_ms %lld) or the default deadline "
+                      "(fetch.deadline_ms %lld): an op must outlive its "
+                      "fetch", src, (long long)cfg->store_ops_ttl_ms,
+                      (long long)cfg->store_lease_ms,
+                      (long long)cfg->fetch_deadline_ms);
+        return DD_ERR_INVAL;
+    }
     dd_err_t err = check_grace(cfg, src, errstr, errstr_size);
     if (!err)
         err = check_blocked_statuses(cfg, src, errstr, errstr_size);

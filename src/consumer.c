@@ -684,7 +684,9 @@ static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
  * partition count is unknown. */
 static int32_t op_partition(const struct pipeline *pl, const char *op_id)
 {
-    if (pl->clinfo.partitions <= 0)
+    /* shadow mode never produces to the live jobs topic: it decides a
+     * misrouted job where it is (its changelog is its own) */
+    if (pl->clinfo.partitions <= 0 || pl->opts->shadow)
         return -1;
     return rd_kafka_msg_partitioner_murmur2(NULL, op_id, strlen(op_id),
                                             pl->clinfo.partitions, NULL, NULL);

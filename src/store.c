@@ -221,8 +221,12 @@ static enum store_claim_result claim_apply(struct store *s,
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
         cur->created_at_ms = now_ms;
         cur->updated_at_ms = now_ms;
-        /* a running record expires too, or a crash would leak it */
+        /* a running record expires too, or a crash would leak it; never
+         * before its lease (a TTL shorter than a fetch must not drop the
+         * record its completion is fenced against) */
         cur->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
+        if (cur->expires_at_ms < cur->lease_expires_at_ms)
+            cur->expires_at_ms = cur->lease_expires_at_ms;
         memcpy(cur->request_hash, request_hash, hlen + 1);
         memcpy(cur->event_key, event_key, elen + 1);
         snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
@@ -250,6 +254,8 @@ static enum store_claim_result claim_apply(struct store *s,
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
         cur->updated_at_ms = now_ms;
         cur->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
+        if (cur->expires_at_ms < cur->lease_expires_at_ms)
+            cur->expires_at_ms = cur->lease_expires_at_ms;
         *dirty = true;
         return STORE_CLAIM_RECLAIMED;
     }

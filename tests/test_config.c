@@ -162,6 +162,14 @@ START_TEST(test_config_cross_field_rules)
                  "fetch.allow_targets: '127.0.0.1/99' is not");
     expect_error("{\"proxy\": {\"exits\": [\"ftp://x:1\"]}}", NULL,
                  "proxy.exits: 'ftp://x:1' must start with");
+    /* issue 15: an op must outlive its lease and its default deadline */
+    expect_error("{\"store\": {\"ops_ttl_ms\": 1000}}", NULL,
+                 "store.ops_ttl_ms: 1000 ms ends before a lease");
+    /* issue 12: a drained revoke fits between a fetch and the poll interval */
+    expect_error("{\"rebalance\": {\"grace_ms\": 1000}}", NULL,
+                 "rebalance.grace_ms: 1000 must be at least fetch.timeout_ms");
+    expect_error("{\"rebalance\": {\"grace_ms\": 400000}}", NULL,
+                 "and below kafka.max.poll.interval.ms (300000)");
 }
 END_TEST
 

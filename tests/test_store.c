@@ -2639,10 +2639,162 @@ static TCase *tcase(const char *name)
     return tc;
 }
 
+/* ---------------------------------------------------------------------- */
+/* the changelog's side (issue 12) and the TTL floor (issue 15)            */
+
+/* A restored record of op_id as the changelog carries it. */
+static void restore_one(const char *op_id, const struct store_op *rec,
+                        int64_t now, struct store_restore_counts *c)
+{
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t len = store_changelog_encode(rec, v);
+    struct store_restore_rec r = {op_id, strlen(op_id), v, len};
+    dd_err_t err = store_restore_apply(g_st, &r, 1, now, c, g_err,
+                                       sizeof(g_err));
+    ck_assert_msg(err == DD_OK, "store_restore_apply: %s", g_err);
+}
+
+START_TEST(test_store_restore_record_wins_unless_generation_lower)
+{
+    struct store_op op, got;
+    struct store_restore_counts c = {0};
+    ck_assert_int_eq(claim("op-r", H1, T0, &op), STORE_CLAIM_NEW);
+    /* another owner completed it at generation 2: the record wins */
+    struct store_op rec = op;
+    rec.generation = 2;
+    rec.state = STORE_OP_COMPLETE;
+    rec.outbox_state = STORE_OUTBOX_PENDING; /* written as acknowledged */
+    rec.outbox_seq = 77;
+    snprintf(rec.lease_owner, sizeof(rec.lease_owner), "b#x");
+    restore_one("op-r", &rec, T0 + 10, &c);
+    ck_assert(get("op-r", T0 + 20, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    ck_assert_uint_eq(got.generation, 2);
+    ck_assert_int_eq(got.outbox_state, STORE_OUTBOX_SENT);
+    ck_assert_uint_eq(got.outbox_seq, 0);
+    ck_assert_int_eq(claim("op-r", H1, T0 + 30, &op), STORE_CLAIM_DUPLICATE);
+    /* a zombie's late record of generation 1 never wins over it */
+    rec.generation = 1;
+    rec.state = STORE_OP_RUNNING;
+    restore_one("op-r", &rec, T0 + 40, &c);
+    ck_assert(get("op-r", T0 + 50, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    ck_assert_uint_eq(c.applied, 1);
+    ck_assert_uint_eq(c.kept, 1);
+    /* an expired record is absent on both sides */
+    rec.expires_at_ms = T0;
+    restore_one("op-gone", &rec, T0 + 60, &c);
+    ck_assert(!get("op-gone", T0 + 70, &got));
+    ck_assert_uint_eq(c.expired, 1);
+}
+END_TEST
+
+START_TEST(test_store_restore_leases_of_other_owners)
+{
+    struct store_op op, rec;
+    struct store_restore_counts c = {0};
+    ck_assert_int_eq(claim("op-x", H1, T0, &op), STORE_CLAIM_NEW);
+    rec = op;
+    rec.generation = 3;
+    snprintf(rec.lease_owner, sizeof(rec.lease_owner), "b#x");
+    rec.lease_expires_at_ms = T0 + 1; /* another clock: not trusted */
+    restore_one("op-x", &rec, T0 + 100, &c);
+    /* running elsewhere: a lease of LEASE from the restore, on our clock */
+    ck_assert_int_eq(claim("op-x", H1, T0 + 100 + LEASE - 1, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(claim("op-x", H1, T0 + 100 + LEASE + 1, &op),
+                     STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.generation, 4);
+    /* a release (no owner): taken at once */
+    rec.generation = 9;
+    rec.lease_owner[0] = '\0';
+    rec.lease_expires_at_ms = 0;
+    rec.expires_at_ms = T0 + OPS_TTL * 2;
+    restore_one("op-x", &rec, T0 + 200, &c);
+    ck_assert_int_eq(claim("op-x", H1, T0 + 201, &op), STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.generation, 10);
+}
+END_TEST
+
+START_TEST(test_store_release_forget_and_checkpoints)
+{
+    struct store_op op, got;
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t len = 0;
+    ck_assert_int_eq(claim("op-f", H1, T0, &op), STORE_CLAIM_NEW);
+    /* release: owner empty, lease 0; another generation is refused */
+    ck_assert_int_eq(store_op_release(g_st, "op-f", 2, T0 + 1, v, &len,
+                                      g_err, sizeof(g_err)), DD_ERR_STATE);
+    ck_assert_int_eq(store_op_release(g_st, "op-f", 1, T0 + 1, v, &len,
+                                      g_err, sizeof(g_err)), DD_OK);
+    ck_assert(get("op-f", T0 + 2, &got));
+    ck_assert_str_eq(got.lease_owner, "");
+    ck_assert(len > 0);
+    /* forget: FORGOTTEN at generation + 1; the next claim is new, at + 2,
+     * and may carry another payload */
+    bool found = false;
+    ck_assert_int_eq(store_op_forget(g_st, "op-f", T0 + 3, v, &len, &found,
+                                     g_err, sizeof(g_err)), DD_OK);
+    ck_assert(found);
+    ck_assert(get("op-f", T0 + 4, &got));
+    ck_assert_int_eq(got.state, STORE_OP_FORGOTTEN);
+    ck_assert_uint_eq(got.generation, 2);
+    ck_assert_int_eq(claim("op-f", H2, T0 + 5, &op), STORE_CLAIM_NEW);
+    ck_assert_uint_eq(op.generation, 3);
+    ck_assert_int_eq(store_op_forget(g_st, "op-none", T0, v, &len, &found,
+                                     g_err, sizeof(g_err)), DD_OK);
+    ck_assert(!found);
+    /* checkpoints */
+    int64_t off = 0, at = 0;
+    ck_assert_int_eq(store_checkpoint_get(g_st, 3, &off, &at, &found, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert(!found);
+    ck_assert_int_eq(store_checkpoint_put(g_st, 3, 1234, T0, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(store_checkpoint_get(g_st, 3, &off, &at, &found, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert(found);
+    ck_assert_int_eq(off, 1234);
+    ck_assert_int_eq(at, T0);
+    ck_assert_int_eq(store_checkpoint_put(g_st, 3, -1, T0, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(store_checkpoint_get(g_st, 3, &off, &at, &found, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert(!found);
+}
+END_TEST
+
+START_TEST(test_store_running_record_outlives_a_short_ttl)
+{
+    store_close(g_st);
+    g_st = NULL;
+    struct store_conf conf = {
+        .path = g_dir, .instance = "a", .run_id = "r1", .ops_ttl_ms = 1000,
+        .failed_ttl_ms = FAILED_TTL, .lease_ms = LEASE,
+        .block_cache_bytes = 8 << 20, .validators_ttl_ms = VAL_TTL,
+        .max_body_bytes = MAX_BODY,
+    };
+    ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
+    struct store_op op, got;
+    ck_assert_int_eq(claim("op-t", H1, T0, &op), STORE_CLAIM_NEW);
+    /* before: expires_at T0 + 1000, so a fetch of 5 s lost its record */
+    ck_assert_int_eq(op.expires_at_ms, T0 + LEASE);
+    ck_assert(get("op-t", T0 + 5000, &got));
+    ck_assert_int_eq(got.state, STORE_OP_RUNNING);
+}
+END_TEST
+
 Suite *store_suite(void)
 {
     Suite *s = suite_create("store");
     TCase *tc;
+
+    tc = tcase("changelog");
+    tcase_add_test(tc, test_store_restore_record_wins_unless_generation_lower);
+    tcase_add_test(tc, test_store_restore_leases_of_other_owners);
+    tcase_add_test(tc, test_store_release_forget_and_checkpoints);
+    tcase_add_test(tc, test_store_running_record_outlives_a_short_ttl);
+    suite_add_tcase(s, tc);
 
     tc = tcase("claim");
     tcase_add_test(tc, test_store_claim_new_then_duplicate);

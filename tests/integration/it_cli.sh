@@ -14,7 +14,8 @@
 #            and its result has the same event_key and a newer fetched_at
 #   redrive  --dry-run sends nothing and counts what it would do; without
 #            --all still-invalid records stay; --all sends those too
-#   run      exit 2 with the reason when kafka.* picks a cooperative assignor
+#   run      exit 2 with the reason when kafka.* picks a cooperative assignor,
+#            and when an output topic does not exist (naming it)
 source "$(dirname "$0")/lib.sh"
 IDLE_MS=1500 # each run ends 1.5 s after its last message
 
@@ -163,3 +164,13 @@ expect_eq "$rc" 2 "run exit status with kafka.partition.assignment.strategy=coop
 grep -qF "config: kafka.partition.assignment.strategy: cooperative-sticky is refused: dedupd's rebalance (drain, release, changelog restore) is built for the eager protocol" "$WORK/coop.err" ||
   fail "run's reason for refusing cooperative-sticky: $(cat "$WORK/coop.err")"
 ok "run says why cooperative-sticky is refused"
+
+# ---- run refuses a missing output topic --------------------------------------
+# (before: every result was retried every 5 s for ever, the process looking
+# alive; issue 15)
+rc=0; DEDUPD_TOPICS__RESULTS=$T.no-such-results DEDUPD_STORE__PATH=$WORK/missing \
+  DEDUPD_ADMIN__LISTEN=127.0.0.1:0 DEDUPD_API__LISTEN= timeout 60 "$DEDUPD" run -c "$CFG" >/dev/null 2>"$WORK/missing.err" || rc=$?
+expect_eq "$rc" 2 "run exit status with a results topic that does not exist"
+grep -qF "topics.results: topic $T.no-such-results does not exist (create it: dedupd topics -c FILE)" "$WORK/missing.err" ||
+  fail "run's reason for a missing results topic: $(cat "$WORK/missing.err")"
+ok "run names the missing results topic and dedupd topics"
