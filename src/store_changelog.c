@@ -27,34 +27,86 @@ size_t store_changelog_encode(const struct store_op *op, unsigned char *buf)
     return n;
 }
 
-dd_err_t store_changelog_value(struct store *s, const char *op_id,
-                               unsigned char *buf, size_t *len,
-                               struct store_op *out, char *errstr,
-                               size_t errstr_size)
+/* What op_locked() does to a record it read: set *write to write it back
+ * (and its changelog value); an error leaves the record as it was. */
+typedef dd_err_t(op_change_fn)(struct store *s, struct store_op *op,
+                               bool found, const void *arg, int64_t now_ms,
+                               bool *write, char *errstr, size_t errstr_size);
+
+/* Read \p op_id under its stripe, let \p change decide, write it back (no
+ * fsync, the hot index following) when asked; \p buf gets its changelog
+ * value whenever the change succeeded on a live record. */
+static dd_err_t op_locked(struct store *s, const char *fn, const char *op_id,
+                          int64_t now_ms, op_change_fn *change,
+                          const void *arg, unsigned char *buf, size_t *len,
+                          struct store_op *out, char *errstr,
+                          size_t errstr_size)
 {
-    dd_err_t err = store_op_id_check("store_changelog_value", op_id, errstr,
-                                     errstr_size);
+    dd_err_t err = store_op_id_check(fn, op_id, errstr, errstr_size);
     if (err)
         return err;
     struct store_index_key k;
     pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
     struct store_op op;
-    bool found = false;
-    err = store_op_read(s, op_id, store_clock_ms(s), false, &op, &found,
-                        errstr, errstr_size);
+    bool found = false, write = false;
+    err = store_op_read(s, op_id, now_ms, false, &op, &found, errstr,
+                        errstr_size);
+    if (!err)
+        err = change(s, &op, found, arg, now_ms, &write, errstr, errstr_size);
+    if (!err && write) {
+        err = store_op_write(s, op_id, &op, errstr, errstr_size);
+        if (!err)
+            store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
+    }
     pthread_mutex_unlock(mu);
-    if (err)
-        return err;
-    if (!found) {
+    if (!err && found) {
+        *len = store_changelog_encode(&op, buf);
+        if (out)
+            *out = op;
+    }
+    return err;
+}
+
+static dd_err_t change_none(struct store *s, struct store_op *op, bool found,
+                            const void *arg, int64_t now_ms, bool *write,
+                            char *errstr, size_t errstr_size)
+{
+    (void)s, (void)op, (void)now_ms, (void)write;
+    if (found)
+        return DD_OK;
+    snprintf(errstr, errstr_size,
+             "store_changelog_value: op '%.64s' is absent or expired",
+             (const char *)arg);
+    return DD_ERR_STATE;
+}
+
+dd_err_t store_changelog_value(struct store *s, const char *op_id,
+                               unsigned char *buf, size_t *len,
+                               struct store_op *out, char *errstr,
+                               size_t errstr_size)
+{
+    return op_locked(s, "store_changelog_value", op_id, store_clock_ms(s),
+                     change_none, op_id, buf, len, out, errstr, errstr_size);
+}
+
+static dd_err_t change_release(struct store *s, struct store_op *op,
+                               bool found, const void *arg, int64_t now_ms,
+                               bool *write, char *errstr, size_t errstr_size)
+{
+    (void)s;
+    uint64_t generation = *(const uint64_t *)arg;
+    if (!found || op->generation != generation ||
+        (op->state != STORE_OP_RUNNING && op->state != STORE_OP_RETRYABLE)) {
         snprintf(errstr, errstr_size,
-                 "store_changelog_value: op '%.64s' is absent or expired",
-                 op_id);
+                 "store_op_release: the op is not unfinished at generation "
+                 "%llu", (unsigned long long)generation);
         return DD_ERR_STATE;
     }
-    *len = store_changelog_encode(&op, buf);
-    if (out)
-        *out = op;
+    op->lease_owner[0] = '\0';
+    op->lease_expires_at_ms = 0;
+    op->updated_at_ms = now_ms;
+    *write = true;
     return DD_OK;
 }
 
@@ -63,71 +115,40 @@ dd_err_t store_op_release(struct store *s, const char *op_id,
                           unsigned char *buf, size_t *len, char *errstr,
                           size_t errstr_size)
 {
-    dd_err_t err = store_op_id_check("store_op_release", op_id, errstr,
-                                     errstr_size);
-    if (err)
-        return err;
-    struct store_index_key k;
-    pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
-    pthread_mutex_lock(mu);
-    struct store_op op;
-    bool found = false;
-    err = store_op_read(s, op_id, now_ms, false, &op, &found, errstr,
-                        errstr_size);
-    if (!err && (!found || op.generation != generation ||
-                 (op.state != STORE_OP_RUNNING &&
-                  op.state != STORE_OP_RETRYABLE))) {
-        snprintf(errstr, errstr_size,
-                 "store_op_release: op '%.64s' is not unfinished at "
-                 "generation %llu", op_id, (unsigned long long)generation);
-        err = DD_ERR_STATE;
-    }
-    if (!err) {
-        op.lease_owner[0] = '\0';
-        op.lease_expires_at_ms = 0;
-        op.updated_at_ms = now_ms;
-        err = store_op_write(s, op_id, &op, errstr, errstr_size);
-        if (!err) {
-            store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
-            *len = store_changelog_encode(&op, buf);
-        }
-    }
-    pthread_mutex_unlock(mu);
-    return err;
+    return op_locked(s, "store_op_release", op_id, now_ms, change_release,
+                     &generation, buf, len, NULL, errstr, errstr_size);
+}
+
+static dd_err_t change_forget(struct store *s, struct store_op *op,
+                              bool found, const void *arg, int64_t now_ms,
+                              bool *write, char *errstr, size_t errstr_size)
+{
+    (void)arg, (void)errstr, (void)errstr_size;
+    if (!found)
+        return DD_OK;
+    op->state = STORE_OP_FORGOTTEN;
+    op->generation++;
+    op->outbox_state = STORE_OUTBOX_NONE;
+    op->outbox_seq = 0;
+    op->lease_owner[0] = '\0';
+    op->lease_expires_at_ms = 0;
+    op->not_before_ms = 0;
+    op->updated_at_ms = now_ms;
+    op->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
+    *write = true;
+    return DD_OK;
 }
 
 dd_err_t store_op_forget(struct store *s, const char *op_id, int64_t now_ms,
                          unsigned char *buf, size_t *len, bool *found,
                          char *errstr, size_t errstr_size)
 {
-    dd_err_t err = store_op_id_check("store_op_forget", op_id, errstr,
-                                     errstr_size);
-    if (err)
-        return err;
-    struct store_index_key k;
-    pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
-    pthread_mutex_lock(mu);
     struct store_op op;
-    *found = false;
-    err = store_op_read(s, op_id, now_ms, false, &op, found, errstr,
-                        errstr_size);
-    if (!err && *found) {
-        op.state = STORE_OP_FORGOTTEN;
-        op.generation++;
-        op.outbox_state = STORE_OUTBOX_NONE;
-        op.outbox_seq = 0;
-        op.lease_owner[0] = '\0';
-        op.lease_expires_at_ms = 0;
-        op.not_before_ms = 0;
-        op.updated_at_ms = now_ms;
-        op.expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
-        err = store_op_write(s, op_id, &op, errstr, errstr_size);
-        if (!err) {
-            store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
-            *len = store_changelog_encode(&op, buf);
-        }
-    }
-    pthread_mutex_unlock(mu);
+    op.state = 0;
+    dd_err_t err = op_locked(s, "store_op_forget", op_id, now_ms,
+                             change_forget, NULL, buf, len, &op, errstr,
+                             errstr_size);
+    *found = !err && op.state == STORE_OP_FORGOTTEN;
     return err;
 }
 
