@@ -24,7 +24,9 @@
  * fixed offset.
  *
  *   ops        key op_id
- *              value header(OP) u8 state, u8 outbox_state, u64 generation,
+ *              value header(OP) u8 state (1..5; 5, forgotten, added without
+ *                    a layout bump: a dedupd from before it calls such a
+ *                    record corrupt), u8 outbox_state, u64 generation,
  *                    i64 lease_expires_at, i64 created_at, i64 updated_at,
  *                    u32 attempts, u64 outbox_seq, then the strings
  *                    request_hash, event_key, lease_owner, source, category,

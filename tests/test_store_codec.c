@@ -280,10 +280,10 @@ START_TEST(test_store_codec_op_refuses_states_out_of_range)
     unsigned char v[STORE_CODEC_OP_VALUE_MAX];
     size_t n = store_codec_op_encode(&op, v, sizeof(v));
     char want[DD_ERRSTR_SIZE];
-    v[16] = 5;
+    v[16] = 6; /* 5 is forgotten (issue 12) */
     ck_assert_int_eq(op_decode_n(v, n, &back), DD_ERR_FATAL);
     snprintf(want, sizeof(want), "store: ops record 'op-1' is corrupt (%zu "
-             "bytes, state 5, outbox state 1)", n);
+             "bytes, state 6, outbox state 1)", n);
     ck_assert_str_eq(g_err, want);
     v[16] = 0;
     ck_assert_int_eq(op_decode_n(v, n, &back), DD_ERR_FATAL);
