@@ -15,7 +15,10 @@
 
 #define BENCH_OPS_TTL_MS (72LL * 3600 * 1000)
 
-/** @brief Op \p n's record (see the file comment) and its op_id. */
+/** @brief Op \p n's record and its op_id ("bench:<n>", or its hex SHA-256
+ *         with \p hex_ids): complete, generation 1, outbox sent, hashes of
+ *         "req:<n>" / "event:<n>", a lease owner, source "<jobs>/<part>/<n>",
+ *         expires_at now + 72 h. */
 static inline void bench_op_of(long n, bool hex_ids, const char *jobs, int32_t part,
                   int64_t now, struct store_op *op, char *op_id, size_t idsz)
 {

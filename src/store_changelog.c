@@ -151,6 +151,7 @@ struct rslots {
     size_t mask;
 };
 
+/* FNV-1a of an op_id: the slot table's hash. */
 static uint64_t rslot_hash(const void *key, size_t len)
 {
     const unsigned char *p = key;
