@@ -28,13 +28,22 @@
 #   5b  the same at 2k jobs/s (the issue's example load).
 #   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer.
 #   6b  the same with store.sync=false (what the per-op fsync costs).
+#   7   changelog restore (issue 12): one changelog partition filled with N
+#       op records (bench/changelog_fill), restored into a fresh store by
+#       bench/restore_bench (dedupd's changelog_restore), records/s vs
+#       raw_consumer draining the same changelog topic.  Target 0.5.  The
+#       restore is run twice: the second, from the checkpoint, reads nothing.
+#   7b  time to ready: `dedupd run` (fresh store, the same group, its empty
+#       1-partition jobs topic) from process start to the first 200 of
+#       /readyz, next to restore_bench's restore time of the same partition.
 #
 # Sizes (full / --quick): replay 1M / 20k jobs; new-claim 10k / 2k; proxy 5k
 # / 1k each; store 1M / 100k keys (10M: see STORE_SIZES below); latency
-# 100 jobs/s x 30 s / 5 s and 2000 jobs/s x 3 s / 1 s; shadow 50k / 20k.
+# 100 jobs/s x 30 s / 5 s and 2000 jobs/s x 3 s / 1 s; shadow 50k / 20k;
+# changelog restore 1M / 100k records.
 # (The new-claim path runs at a few hundred jobs/s here: see the note of
 # issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
-# BENCH_N3, BENCH_N6, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
+# BENCH_N3, BENCH_N6, BENCH_N7, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
 # BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS.
 #
 # Every scenario has its own topics (bench.<run>.<scenario>.*, 4 partitions,
@@ -62,10 +71,12 @@ done
 
 if [ "$QUICK" = 1 ]; then
   N1=${BENCH_N1:-20000} N2=${BENCH_N2:-2000} N3=${BENCH_N3:-1000} N6=${BENCH_N6:-20000}
+  N7=${BENCH_N7:-100000}
   STORE_SIZES=${BENCH_STORE_SIZES:-100000} STORE_DUPS=${BENCH_STORE_DUPS:-200000}
   LAT_SECONDS=${BENCH_LAT_SECONDS:-5} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-1}
 else
   N1=${BENCH_N1:-1000000} N2=${BENCH_N2:-10000} N3=${BENCH_N3:-5000} N6=${BENCH_N6:-50000}
+  N7=${BENCH_N7:-1000000}
   # 10M keys take store_bench over half an hour here (its complete phase runs at
   # ~9k ops/s), which the 20-minute budget cannot hold: BENCH_STORE_SIZES=1000000,10000000
   STORE_SIZES=${BENCH_STORE_SIZES:-1000000} STORE_DUPS=${BENCH_STORE_DUPS:-1000000}
@@ -88,7 +99,7 @@ if [ "$DO_BUILD" = 1 ]; then
   log "build ($BUILD)"
   { cmake -S "$ROOT" -B "$BUILD" >/dev/null &&
     cmake --build "$BUILD" -j2 --target dedupd store_bench raw_consumer \
-      curl_multi_bench latency >/dev/null; } || { log "build failed"; exit 1; }
+      curl_multi_bench latency changelog_fill restore_bench >/dev/null; } || { log "build failed"; exit 1; }
 fi
 for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency; do
   [ -x "$BUILD/$b" ] || { log "missing $BUILD/$b (build it, or drop --no-build)"; exit 1; }
@@ -104,7 +115,8 @@ WORK=$(mktemp -d "/tmp/dedupd-bench.XXXXXX")
 # The build tree is shared: every scenario runs copies taken now, so a rebuild
 # by someone else during the run cannot mix two binaries into one table.
 mkdir -p "$WORK/bin"
-for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency bench/store_bench; do
+for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency bench/store_bench \
+  bench/changelog_fill bench/restore_bench; do
   [ -x "$BUILD/$b" ] && cp "$BUILD/$b" "$WORK/bin/"
 done
 DEDUPD=$WORK/bin/dedupd
@@ -112,6 +124,8 @@ RAW=$WORK/bin/raw_consumer
 CURLB=$WORK/bin/curl_multi_bench
 LAT=$WORK/bin/latency
 STOREB=$WORK/bin/store_bench
+FILL=$WORK/bin/changelog_fill
+RESTB=$WORK/bin/restore_bench
 DEDUPD_SHA=$(sha256sum "$DEDUPD" | cut -c1-12)
 ROWS=$WORK/rows.ndjson
 : >"$ROWS"
@@ -461,13 +475,86 @@ s6() {
   drop_topics s6
 }
 
+# ---- 7: changelog restore ------------------------------------------------------------
+# ready_ms PID LOG T0: ms from T0 (now) to the first 200 of the /readyz of the
+# dedupd run PID writing LOG (its admin port from its "admin listener" line).
+ready_ms() {
+  local pid=$1 lg=$2 t0=$3 port="" i
+  for i in $(seq 3000); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    [ -n "$port" ] || port=$(awk 'match($0, /admin listener on port [0-9]+/) {
+      s = substr($0, RSTART, RLENGTH); sub(/.* /, "", s); print s; exit}' "$lg" 2>/dev/null)
+    if [ -n "$port" ] && curl -fs --max-time 1 "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then
+      echo "($(now) - $t0) * 1000" | bc -l
+      return 0
+    fi
+    sleep 0.01
+  done
+  return 1
+}
+s7() {
+  local d=$WORK/s7 t=$RUN.7
+  mkdir -p "$d"
+  [ -x "$FILL" ] && [ -x "$RESTB" ] || die "bench/changelog_fill or bench/restore_bench is not built"
+  export DEDUPD_TOPICS__JOBS=$t.jobs DEDUPD_TOPICS__RESULTS=$t.results
+  export DEDUPD_TOPICS__CONFLICTS=$t.conflicts DEDUPD_TOPICS__DLQ=$t.dlq
+  export DEDUPD_CONSUMER__GROUP_ID=$t DEDUPD_TAIL__GROUP_ID=$t.tail
+  export DEDUPD_KAFKA__GROUP__INSTANCE__ID=$t DEDUPD_INSTANCE__ID=$t
+  export DEDUPD_STORE__PATH=$d/store DEDUPD_TAIL__STORE_PATH=$d/tail
+  printf '%s\n' "$t.jobs" "$t.results" "$t.conflicts" "$t.dlq" "$t-changelog" >>"$WORK/topics"
+  "$DEDUPD" topics -c "$CFG" --partitions 1 >/dev/null 2>>"$d/topics.log" ||
+    die "dedupd topics failed: $(tail -n 3 "$d/topics.log")"
+  log "7: filling $t-changelog [0] with $N7 op records"
+  local fill rawj rb st
+  # --ensure: the changelog made by dedupd's own start-up check (co-partitioned)
+  fill=$("$FILL" -c "$CFG" -n "$N7" -p 0 --ensure 2>>"$d/fill.log") ||
+    die "changelog_fill failed: $fill $(tail -n 3 "$d/fill.log")"
+  rawj=$(raw_drain "$t-changelog")
+  log "7: restore_bench"
+  rb=$("$RESTB" -c "$CFG" -p 0 --dir "$d" --again 2>>"$d/restore.log") ||
+    die "restore_bench failed: $rb $(grep -v '"info"' "$d/restore.log" | tail -n 3)"
+  [ "$(jget .records "$rb")" = "$(jget .records "$fill")" ] ||
+    die "7: restore_bench read $(jget .records "$rb") records, the fill produced $(jget .records "$fill")"
+  local in
+  in=$(jq -nc --argjson f "$fill" '{records: $f.records, op_value_bytes: $f.value_bytes_avg,
+    partitions: 1, op_id: "bench:<n>", state: "complete", produced_per_s: ($f.records_per_second | round),
+    restore: "changelog_restore() into a fresh store (sync per config), batches of 512"}')
+  row 7 "changelog restore: one partition into a fresh store" \
+    "$(jget .records_per_second "$rb")" "$(jget .messages_per_second "$rawj")" up 0.5 \
+    "$(fmt "$(jget .records_per_second "$rb")") records/s ($(jget .records "$rb") in $(jget .seconds "$rb") s; again from the checkpoint: $(jget .again.records "$rb") records)" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer (wall $(jget .wall_seconds "$rawj") s)" "$in" \
+    "$(jq -nc --argjson f "$fill" --argjson r "$rawj" --argjson b "$rb" '{fill: $f, raw: $r, restore_bench: $b}')"
+  log "7b: dedupd run: time to ready"
+  local t0 pid ms rl
+  t0=$(now)
+  "$DEDUPD" run -c "$CFG" 2>"$d/run.log" &
+  pid=$!
+  ms=$(ready_ms "$pid" "$d/run.log" "$t0") || { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    die "7b: dedupd run never ready: $(grep -v '"info"' "$d/run.log" | tail -n 3)"; }
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+  rl=$(grep -m1 '"restore".*restored' "$d/run.log" | jq -r .message 2>/dev/null || echo "")
+  st=$(jq -n --arg m "$rl" '($m | capture("(?<r>[0-9]+) records .* in (?<ms>[0-9]+) ms") // {}) |
+    {records: (.r // null | if . then tonumber else null end), ms: (.ms // null | if . then tonumber else null end)}')
+  local rbms
+  rbms=$(jq -n --argjson b "$rb" '$b.seconds * 1000 | round')
+  row 7b "time to ready: dedupd run, fresh store, $(jget .records "$fill") changelog records" \
+    "$(fmt "$ms")" "$rbms" down null \
+    "$(fmt "$ms") ms process start -> /readyz 200 (its restore: $(jget .records "$st") records in $(jget .ms "$st") ms)" \
+    "$rbms ms restore_bench (restore alone)" "$in" \
+    "$(jq -nc --argjson s "$st" --arg l "$rl" '{dedupd_restore: $s, dedupd_log: $l}')"
+  if [ "$KEEP_TOPICS" = 0 ]; then
+    "$RAW" -b "$KAFKA_BOOTSTRAP" --delete "$t.jobs,$t.results,$t.conflicts,$t.dlq,$t-changelog" >/dev/null 2>&1 || true
+  fi
+}
+
 # ---- run ------------------------------------------------------------------------------
-declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b")
+declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b" [7]="7 7b")
 if [ "$QUICK" = 0 ] && [[ $STORE_SIZES == *,* ]]; then ROWS_OF[4]="4a 4b 4c 4d"; fi
 declare -A TITLE=([1]="replay storm" [2]="new-claim path" [3]="through a proxy" [4]="store"
-  [5]="latency" [6]="shadow mode")
+  [5]="latency" [6]="shadow mode" [7]="changelog restore")
 FAILED=0
-for s in 1 2 3 4 5 6; do
+for s in 1 2 3 4 5 6 7; do
   if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$s,"* ]]; then continue; fi
   rm -f "$WORK/error"
   ts=$(now)

@@ -25,6 +25,7 @@
 #define RESTORE_BATCH 512
 #define RESTORE_STALL_MS 60000
 #define PROGRESS_MS 2000
+#define RESTORE_FETCH_WAIT_MS "10"
 
 void changelog_topic_of(const struct cfg *cfg, char *out, size_t size)
 {
@@ -398,6 +399,11 @@ dd_err_t changelog_restorer_new(const struct cfg *cfg,
         "isolation.level", "read_committed",
         "auto.offset.reset", "error",
         "enable.partition.eof", "true",
+        /* the end is only signalled by an empty fetch at it: the default
+         * long poll (500 ms) would add half a second to every restore,
+         * and a fetch still waiting after the restore holds up the next
+         * restore's watermark query on the same connection */
+        "fetch.wait.max.ms", RESTORE_FETCH_WAIT_MS,
         NULL};
     rd_kafka_conf_t *kc = NULL;
     dd_err_t err = kconf_new(cfg, false, fixed, &kc, errstr, errstr_size);

@@ -185,36 +185,85 @@ static void restore_lease(struct store *s, struct store_op *op, int64_t now_ms)
         op->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
 }
 
-/* Read op_id as the batch being built and the store see it together (a
- * partition's log can hold several records of one op in one batch: a later
- * record of a lower generation, a zombie's, must not win over an earlier
- * one of a higher generation). */
-static dd_err_t restore_read(struct store *s, rocksdb_writebatch_wi_t *wb,
-                             const char *op_id, size_t len, int64_t now_ms,
-                             struct store_op *op, bool *found, char *errstr,
+/* One op of a batch being restored: its record as the batch and the store
+ * see it together.  A partition's log can hold several records of one op in
+ * one batch (a later record of a lower generation, a zombie's, must not win
+ * over an earlier one of a higher generation): the slot carries the winner
+ * so far, and the batch writes each op once, its final record. */
+struct rslot {
+    const char *key;     /* the op_id (borrowed from the record) */
+    size_t len;
+    bool read;           /* cur/found hold the store's record or a winner */
+    bool found;          /* cur is live */
+    bool dirty;          /* cur is to be written */
+    struct store_op cur;
+};
+
+/* The slots of one batch: open addressing over the op_ids. */
+struct rslots {
+    struct rslot *v;     /* n used */
+    size_t n;
+    int32_t *tab;        /* mask + 1 entries, -1 empty */
+    size_t mask;
+};
+
+/* FNV-1a of an op_id: the slot table's hash. */
+static uint64_t rslot_hash(const void *key, size_t len)
+{
+    const unsigned char *p = key;
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* The slot of op \p key, added when absent. */
+static struct rslot *rslot_of(struct rslots *t, const void *key, size_t len)
+{
+    size_t i = (size_t)rslot_hash(key, len) & t->mask;
+    for (;; i = (i + 1) & t->mask) {
+        int32_t j = t->tab[i];
+        if (j < 0)
+            break;
+        if (t->v[j].len == len && !memcmp(t->v[j].key, key, len))
+            return &t->v[j];
+    }
+    t->tab[i] = (int32_t)t->n;
+    struct rslot *sl = &t->v[t->n++];
+    sl->key = key;
+    sl->len = len;
+    sl->read = sl->found = sl->dirty = false;
+    return sl;
+}
+
+/* The store's record of op_id into \p sl (once per batch: later records of
+ * the op see the winner so far, in sl). */
+static dd_err_t restore_read(struct store *s, struct rslot *sl,
+                             const char *op_id, int64_t now_ms, char *errstr,
                              size_t errstr_size)
 {
     char *rerr = NULL;
     size_t vlen = 0;
-    char *val = rocksdb_writebatch_wi_get_from_batch_and_db_cf(
-        wb, s->db, s->ropts, s->cf[CF_OPS], op_id, len, &vlen, &rerr);
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_OPS], op_id, sl->len,
+                               &vlen, &rerr);
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_writebatch_wi_get(ops)", op_id,
-                              errstr, errstr_size);
-    *found = false;
+        return store_rdb_fail(rerr, "rocksdb_get_cf(ops)", op_id, errstr,
+                              errstr_size);
+    sl->read = true;
+    sl->found = false;
     if (!val)
         return DD_OK;
-    memset(op, 0, sizeof(*op));
-    dd_err_t err = store_codec_op_decode(val, vlen, op_id, op, errstr,
+    memset(&sl->cur, 0, sizeof(sl->cur));
+    dd_err_t err = store_codec_op_decode(val, vlen, op_id, &sl->cur, errstr,
                                          errstr_size);
     rocksdb_free(val);
-    if (!err && !store_record_expired(op->expires_at_ms, now_ms))
-        *found = true;
+    if (!err && !store_record_expired(sl->cur.expires_at_ms, now_ms))
+        sl->found = true;
     return err;
 }
 
-/* One restored op record: decide it under its stripe and stage it. */
-static dd_err_t restore_op(struct store *s, rocksdb_writebatch_wi_t *wb,
+/* One restored op record: decide it under its stripe against its slot. */
+static dd_err_t restore_op(struct store *s, struct rslot *sl,
                            const struct store_restore_rec *r, int64_t now_ms,
                            struct store_restore_counts *c, char *errstr,
                            size_t errstr_size)
@@ -235,30 +284,62 @@ static dd_err_t restore_op(struct store *s, rocksdb_writebatch_wi_t *wb,
     struct store_index_key k;
     pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
-    struct store_op local;
-    bool found = false;
-    err = restore_read(s, wb, op_id, r->key_len, now_ms, &local, &found,
-                       errstr, errstr_size);
-    if (!err && found && local.generation > rec.generation) {
+    if (!sl->read)
+        err = restore_read(s, sl, op_id, now_ms, errstr, errstr_size);
+    const struct store_op *local = &sl->cur;
+    if (!err && sl->found && local->generation > rec.generation) {
         c->kept++;
     } else if (!err) {
-        if (found && local.generation == rec.generation &&
-            local.outbox_state == STORE_OUTBOX_PENDING) {
+        if (sl->found && local->generation == rec.generation &&
+            local->outbox_state == STORE_OUTBOX_PENDING) {
             /* this copy's own result is still unacknowledged: keep the
              * outbox reference so the entry is acknowledged later */
             rec.outbox_state = STORE_OUTBOX_PENDING;
-            rec.outbox_seq = local.outbox_seq;
+            rec.outbox_seq = local->outbox_seq;
         }
         restore_lease(s, &rec, now_ms);
-        unsigned char buf[STORE_CODEC_OP_VALUE_MAX];
-        size_t len = store_codec_op_encode(&rec, buf, sizeof(buf));
-        assert(len > 0);
-        rocksdb_writebatch_wi_put_cf(wb, s->cf[CF_OPS], op_id, r->key_len,
-                                     (const char *)buf, len);
         store_index_put(s->idx, &k, &rec, now_ms, STORE_INDEX_UPSERT);
+        sl->cur = rec;
+        sl->found = sl->dirty = true;
         c->applied++;
     }
     pthread_mutex_unlock(mu);
+    return err;
+}
+
+/* Is \p r an op's record (by its key and value kind)? */
+static bool restore_is_op(const struct store_restore_rec *r)
+{
+    return r->value && r->key_len && r->key_len <= STORE_KEY_MAX &&
+           memchr(r->key, '\0', r->key_len) == NULL && r->value_len > 1 &&
+           ((const unsigned char *)r->value)[1] == STORE_CODEC_OP;
+}
+
+/* Write the final record of every op the batch changed: one WriteBatch. */
+static dd_err_t restore_write(struct store *s, const struct rslots *t,
+                              char *errstr, size_t errstr_size)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    for (size_t i = 0; i < t->n; i++) {
+        if (!t->v[i].dirty)
+            continue;
+        unsigned char buf[STORE_CODEC_OP_VALUE_MAX];
+        size_t len = store_codec_op_encode(&t->v[i].cur, buf, sizeof(buf));
+        assert(len > 0);
+        rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], t->v[i].key,
+                                  t->v[i].len, (const char *)buf, len);
+    }
+    dd_err_t err = DD_OK;
+    if (rocksdb_writebatch_count(wb) > 0) {
+        char *rerr = NULL;
+        rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
+        if (rerr) {
+            store_index_write_failed(s);
+            err = store_rdb_fail(rerr, "rocksdb_write(ops)", "restore",
+                                 errstr, errstr_size);
+        }
+    }
+    rocksdb_writebatch_destroy(wb);
     return err;
 }
 
@@ -267,7 +348,14 @@ dd_err_t store_restore_apply(struct store *s,
                              int64_t now_ms, struct store_restore_counts *c,
                              char *errstr, size_t errstr_size)
 {
-    rocksdb_writebatch_wi_t *wb = rocksdb_writebatch_wi_create(0, 1);
+    struct rslots t = {.mask = 15};
+    while (t.mask + 1 < 2 * n)
+        t.mask = t.mask * 2 + 1;
+    t.v = malloc((n ? n : 1) * sizeof(*t.v));
+    t.tab = malloc((t.mask + 1) * sizeof(*t.tab));
+    if (!t.v || !t.tab)
+        dd_oom("store_restore_apply");
+    memset(t.tab, 0xff, (t.mask + 1) * sizeof(*t.tab));
     dd_err_t err = DD_OK;
     for (size_t i = 0; i < n && !err; i++) {
         const struct store_restore_rec *r = &recs[i];
@@ -284,25 +372,17 @@ dd_err_t store_restore_apply(struct store *s,
                 c->conflicts++;
             } else
                 c->skipped++;
-        } else if (r->key_len <= STORE_KEY_MAX &&
-                   memchr(r->key, '\0', r->key_len) == NULL &&
-                   r->value_len > 1 &&
-                   ((const unsigned char *)r->value)[1] == STORE_CODEC_OP) {
-            err = restore_op(s, wb, r, now_ms, c, errstr, errstr_size);
+        } else if (restore_is_op(r)) {
+            err = restore_op(s, rslot_of(&t, r->key, r->key_len), r, now_ms,
+                             c, errstr, errstr_size);
         } else {
             c->skipped++;
         }
     }
-    if (!err && rocksdb_writebatch_wi_count(wb) > 0) {
-        char *rerr = NULL;
-        rocksdb_write_writebatch_wi(s->db, s->wopts_nosync, wb, &rerr);
-        if (rerr) {
-            store_index_write_failed(s);
-            err = store_rdb_fail(rerr, "rocksdb_write(ops)", "restore",
-                                 errstr, errstr_size);
-        }
-    }
-    rocksdb_writebatch_wi_destroy(wb);
+    if (!err)
+        err = restore_write(s, &t, errstr, errstr_size);
+    free(t.v);
+    free(t.tab);
     return err;
 }
 
