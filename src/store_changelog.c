@@ -284,6 +284,15 @@ static dd_err_t restore_op(struct store *s, struct rslot *sl,
     struct store_index_key k;
     pthread_mutex_t *mu = store_op_stripe(s, op_id, &k);
     pthread_mutex_lock(mu);
+    struct store_index_entry e;
+    if (!sl->read &&
+        store_index_judge(s->idx, &k, now_ms, store_clock_ms(s), &e) ==
+            STORE_INDEX_ABSENT) {
+        /* the hot index holds every live op and not this one (a restore
+         * into an empty or new copy): absent, without a read */
+        sl->read = true;
+        sl->found = false;
+    }
     if (!sl->read)
         err = restore_read(s, sl, op_id, now_ms, errstr, errstr_size);
     const struct store_op *local = &sl->cur;
