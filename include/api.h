@@ -17,10 +17,16 @@
  * With a key, the key becomes the job's job_key under scope api.scope, and the
  * receipt is stored (store_receipt_*): a replay for the same payload answers
  * the stored receipt again (202, `Idempotent-Replayed: true`), 409 while the
- * first submit is unacknowledged, 422 for another payload; 400 for a
- * malformed key (1..255 printable ASCII, no quote or backslash) or job; 503
- * when the receipt store cannot be read or the job could not be queued (the
- * receipt is then aborted, so a retry may succeed).  Error bodies are
+ * first submit is unacknowledged and can still be in flight (its receipt is
+ * pending for the handler's 15 s wait + 5 s; past that window, after a crash
+ * between accepting and acknowledging, the same payload is a new submit:
+ * produced again, 202, same op_id, which the pipeline deduplicates), 422 for
+ * another payload as long as the receipt lives, which is as long as the op
+ * it answers for (store.ops_ttl_ms + the longest job deadline + 1 h, or
+ * api.receipt_ttl_ms when larger), pending or done; 400 for a malformed key
+ * (1..255 printable ASCII, no quote or backslash) or job; 503 when the
+ * receipt store cannot be read or the job could not be queued (the receipt
+ * is then aborted, so a retry may succeed).  Error bodies are
  * `{"error": "<text>"}`.
  *
  * `GET /v1/ops/{op_id}`: the op record as result_op_encode(RESULT_OP_LIVE)
@@ -53,9 +59,13 @@ struct store;
  * @brief Create the job API's producer (when api.listen is set) and start
  *        both HTTP listeners (admin.listen; api.listen, off when "").
  *
- * Failpoint (tests/integration/it_admin.sh):
+ * Failpoints: (tests/integration/it_admin.sh)
  * DEDUPD_FAILPOINT_API_PRODUCER_FATAL=1 raises a fatal error on the job API's
- * producer before the first request, so its recreation is exercised.
+ * producer before the first request, so its recreation is exercised;
+ * (tests/integration/it_api_pending_409.sh) DEDUPD_FAILPOINT_API_TOPIC=T
+ * makes POST /v1/jobs produce to topic T instead of topics.jobs, and
+ * DEDUPD_FAILPOINT_RECEIPT_PENDING_MS=N sets a pending receipt's in-flight
+ * window to N ms (1..the receipt's life) instead of 20 s.
  * @param cfg    Frozen config (borrowed; must outlive the api).
  * @param jconf  Identity settings of job_parse (copied; the lists it points
  *               to are borrowed and must outlive the api).

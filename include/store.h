@@ -680,21 +680,42 @@ struct store_index_stats {
 /** @brief Copy the hot index counters (any thread). */
 void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
-/* ---- receipts of the submit API (CF "receipts", TTL 24 h by default) ------ */
+/* ---- receipts of the submit API (CF "receipts") ---------------------------
+ *
+ * A receipt is pending while its submit can be in flight (pending_ms from
+ * store_receipt_begin, the job API's wait for its acknowledgement plus a
+ * margin) and lives, pending or done, as long as the op it answers for
+ * (ttl_ms: the job API passes the ops TTL plus the longest time to an op's
+ * last state).  Past its window a pending receipt is unsettled: the process
+ * that wrote it ended before the acknowledgement (one store, one process),
+ * so its job may or may not have been produced; the same payload takes it
+ * over (a new submit, produced again with the same op_id, which the pipeline
+ * deduplicates), another payload is a conflict with what may be a live op.
+ */
 
 enum store_receipt_state {
     STORE_RECEIPT_NEW = 0,      /**< absent: now recorded as pending */
     STORE_RECEIPT_PENDING = 1,  /**< a submit with this key is in flight */
     STORE_RECEIPT_DONE = 2,     /**< acknowledged: the receipt is stored */
+    STORE_RECEIPT_UNSETTLED = 3, /**< store_receipt_begin's answer only (never
+                                      stored): a pending receipt past its
+                                      window, for another payload */
 };
 
 /**
  * @brief Begin a submit under Idempotency-Key \p key (IETF httpapi
  *        idempotency-key draft): put-if-absent of a pending record holding
- *        \p request_hash.
+ *        \p request_hash, in flight until \p now_ms + \p pending_ms and
+ *        kept until \p now_ms + \p ttl_ms.  A pending record past its
+ *        window with the same \p request_hash is replaced (NEW).
+ * @param pending_ms The in-flight window (> 0): how long a submit may wait
+ *                  for its acknowledgement, with a margin.
+ * @param ttl_ms    How long the record lives (>= pending_ms): the op's life.
  * @param state     Out: NEW (go on and produce), PENDING (another submit with
- *                  this key is unacknowledged: 409) or DONE (replay *receipt,
- *                  or 422 when existing_hash differs from request_hash).
+ *                  this key is in flight: 409, or 422 when existing_hash
+ *                  differs), DONE (replay *receipt, or 422 when existing_hash
+ *                  differs) or UNSETTLED (a pending record past its window,
+ *                  existing_hash differs: 422).
  * @param existing_hash Out: the stored request_hash when not NEW.
  * @param receipt   Out: the stored receipt JSON when DONE (free()), else NULL.
  * @returns DD_OK; DD_ERR_INVAL; DD_ERR_IO; DD_ERR_FATAL (corrupt record).
@@ -702,15 +723,18 @@ enum store_receipt_state {
  */
 dd_err_t store_receipt_begin(struct store *store, const char *key,
                              const char *request_hash, int64_t now_ms,
-                             int64_t ttl_ms, enum store_receipt_state *state,
+                             int64_t pending_ms, int64_t ttl_ms,
+                             enum store_receipt_state *state,
                              char existing_hash[STORE_HASH_LEN + 1],
                              char **receipt, char *errstr,
                              size_t errstr_size) DD_WUR;
 
 /**
- * @brief Store the receipt of an acknowledged submit (state DONE, TTL from
- *        \p now_ms).  \p receipt is JSON, at most 4096 bytes.
+ * @brief Store the receipt of an acknowledged submit (state DONE, expiring
+ *        at \p now_ms + \p ttl_ms: the op's life, as for
+ *        store_receipt_begin).  \p receipt is JSON, at most 4096 bytes.
  * @returns DD_OK; DD_ERR_INVAL; DD_ERR_NOMEM; DD_ERR_IO.
+ * @locality any thread.
  */
 dd_err_t store_receipt_done(struct store *store, const char *key,
                             const char *request_hash, const char *receipt,
@@ -720,6 +744,7 @@ dd_err_t store_receipt_done(struct store *store, const char *key,
 /**
  * @brief Drop a pending receipt whose submit failed, so the client may retry.
  * @returns DD_OK; DD_ERR_IO.
+ * @locality any thread.
  */
 dd_err_t store_receipt_abort(struct store *store, const char *key, char *errstr,
                              size_t errstr_size) DD_WUR;

@@ -49,8 +49,11 @@
  *   seen       key caller bytes
  *              value header(SEEN) i64 created_at
  *   receipts   key Idempotency-Key
- *              value header(RECEIPT) u8 state (1 pending, 2 done),
- *                    str request_hash, str receipt
+ *              value header(RECEIPT, expires_at = the end of the op's
+ *                    life) u8 state (1 pending, 2 done), str request_hash,
+ *                    str receipt (empty when pending), then when pending
+ *                    i64 pending_until (the end of the in-flight window;
+ *                    absent in a record of an older dedupd: 0)
  *   validators key resource key (caller bytes, 1..STORE_KEY_MAX)
  *              value header(VALIDATOR, expires_at = stored_at +
  *                    validators TTL) i64 stored_at, i32 status,
@@ -329,6 +332,9 @@ struct store_codec_receipt {
     char request_hash[STORE_HASH_LEN + 1];
     const char *receipt;                  /**< not NUL-terminated */
     size_t receipt_len;                   /**< 0..STORE_CODEC_RECEIPT_MAX */
+    int64_t pending_until_ms;             /**< PENDING: the end of its
+                                               in-flight window (0 when the
+                                               record has none); DONE: 0 */
 };
 
 /** @returns the length of a receipt value of these sizes. */
@@ -347,8 +353,21 @@ size_t store_codec_receipt_encode(int64_t expires_at_ms,
                                   unsigned char *buf, size_t cap);
 
 /**
+ * @brief A pending receipt value: no receipt text, then \p pending_until_ms
+ *        (the end of its submit's in-flight window).
+ * @param cap  >= store_codec_receipt_size(hash_len, 0) + 8.
+ * @returns its length; 0 when \p cap is too small.
+ */
+size_t store_codec_receipt_pending_encode(int64_t expires_at_ms,
+                                          int64_t pending_until_ms,
+                                          const char *request_hash,
+                                          size_t hash_len, unsigned char *buf,
+                                          size_t cap);
+
+/**
  * @brief Decode the receipt \p val stored at Idempotency-Key \p key
- *        (NUL-terminated; only named in errstr).  Trailing bytes are not
+ *        (NUL-terminated; only named in errstr).  Trailing bytes (past a
+ *        pending record's pending_until) are not
  *        checked (as dedupd always read them).
  * @returns DD_OK; DD_ERR_FATAL (bad header, as store_codec_header_decode;
  *          or "receipts: corrupt record at <key>").

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "changelog.h"
 #include "config.h"
 #include "dd.h"
 #include "http.h"
@@ -16,6 +17,14 @@
 #include "result.h"
 #include "store.h"
 
+/* How long a POST /v1/jobs handler waits for its job's delivery report. */
+#define API_ACK_WAIT_MS 15000
+/* A pending receipt's in-flight window: the handler's wait + a margin (its
+ * receipt is written just before the produce, the wait starts just after).
+ * Past it the submit's process has ended (one store, one process): a retry
+ * with the same payload is a new submit, never 409. */
+#define API_RECEIPT_PENDING_MS (API_ACK_WAIT_MS + 5000)
+
 struct api {
     const struct cfg *cfg;
     struct job_conf jconf;
@@ -25,6 +34,8 @@ struct api {
                               the failpoint's topic (below) */
     struct http *http;
     atomic_bool ready;     /* set by the pipeline, read by /readyz */
+    int64_t receipt_pending_ms; /* a pending receipt's in-flight window */
+    int64_t receipt_ttl_ms;     /* a receipt's life: the op's */
 };
 
 /* The delivery report of one POST /v1/jobs, on its handler's stack. */
@@ -110,9 +121,11 @@ static bool api_key_valid(const char *k)
 
 /*
  * The Idempotency-Key's receipt for \p job: 0 when this submit is the first
- * (its receipt is now pending: produce it), else the HTTP status to answer
- * with its body in *response_json (a replay of the stored receipt, 409, 422
- * or 503).  @locality api listener thread.
+ * (its receipt is now pending: produce it), or takes over a pending receipt
+ * of the same payload past its in-flight window; else the HTTP status to
+ * answer with its body in *response_json (a replay of the stored receipt,
+ * 409 inside the window, 422 for another payload while the receipt lives,
+ * 503).  @locality api listener thread.
  */
 static int submit_receipt(struct api *a, const struct job *job,
                           char **response_json, char **hname, char **hvalue)
@@ -122,8 +135,9 @@ static int submit_receipt(struct api *a, const struct job *job,
     char *receipt = NULL;
     char e[DD_ERRSTR_SIZE];
     if (store_receipt_begin(a->store, job->op_id, job->request_hash,
-                            dd_now_ms(), a->cfg->api_receipt_ttl_ms, &st,
-                            existing, &receipt, e, sizeof(e))) {
+                            dd_now_ms(), a->receipt_pending_ms,
+                            a->receipt_ttl_ms, &st, existing, &receipt, e,
+                            sizeof(e))) {
         log_msg(LOG_ERR, "http", "POST /v1/jobs: %s", e);
         *response_json = api_error("receipt store unavailable");
         return 503;
@@ -182,7 +196,7 @@ static int submit_produce(struct api *a, const struct job *job,
     if (producer_send(a->prod, a->topic, job->op_id,
                       strlen(job->op_id), payload, len, h, 2, &d, e,
                       sizeof(e)) ||
-        producer_flush(a->prod, 15000) || !d.done || d.err) {
+        producer_flush(a->prod, API_ACK_WAIT_MS) || !d.done || d.err) {
         /* nothing may outlive this request: its report points at d */
         producer_purge(a->prod);
         if (d.done || !e[0])
@@ -202,7 +216,7 @@ static int submit_produce(struct api *a, const struct job *job,
     json_decref(r);
     if (began && store_receipt_done(a->store, job->op_id, job->request_hash,
                                     *response_json, dd_now_ms(),
-                                    a->cfg->api_receipt_ttl_ms, e, sizeof(e)))
+                                    a->receipt_ttl_ms, e, sizeof(e)))
         log_msg(LOG_ERR, "http", "POST /v1/jobs: receipt: %s", e);
     return 202;
 }
@@ -266,6 +280,32 @@ out:
     return status;
 }
 
+/* A receipt's in-flight window and life.  The op a receipt answers for
+ * lives store.ops_ttl_ms from its last state, reached at most the longest
+ * job deadline after its claim: changelog_retention_ms() (+ 1 h of lag) is
+ * that bound.  Failpoint of it_api_pending_409:
+ * DEDUPD_FAILPOINT_RECEIPT_PENDING_MS shortens the window.
+ * @locality the thread of api_new. */
+static void api_receipt_lives(const struct cfg *cfg, int64_t *pending_ms,
+                              int64_t *ttl_ms)
+{
+    *ttl_ms = changelog_retention_ms(cfg);
+    if (cfg->api_receipt_ttl_ms > *ttl_ms)
+        *ttl_ms = cfg->api_receipt_ttl_ms;
+    *pending_ms = API_RECEIPT_PENDING_MS;
+    const char *fp = getenv("DEDUPD_FAILPOINT_RECEIPT_PENDING_MS");
+    if (fp && *fp) {
+        char *end;
+        long long v = strtoll(fp, &end, 10);
+        if (*end || v <= 0 || v > *ttl_ms)
+            log_msg(LOG_WARNING, "http", "failpoint "
+                    "DEDUPD_FAILPOINT_RECEIPT_PENDING_MS: '%.32s' ignored "
+                    "(1..%lld ms)", fp, (long long)*ttl_ms);
+        else
+            *pending_ms = v;
+    }
+}
+
 dd_err_t api_new(const struct cfg *cfg, const struct job_conf *jconf,
                  struct store *store, struct api **out, char *errstr,
                  size_t errstr_size)
@@ -276,6 +316,7 @@ dd_err_t api_new(const struct cfg *cfg, const struct job_conf *jconf,
     a->jconf = *jconf;
     a->store = store;
     atomic_init(&a->ready, false);
+    api_receipt_lives(cfg, &a->receipt_pending_ms, &a->receipt_ttl_ms);
     if (cfg->api_listen[0]) {
         err = producer_new(cfg, api_dr, &a->prod, errstr, errstr_size);
         if (err)

@@ -191,9 +191,12 @@ static const struct cfg_option cfg_options[] = {
     {"api.scope", CFG_STR, CFG_OFF(api_scope), 0, 0, "api", "", 0,
      "Scope of jobs submitted through POST /v1/jobs with an Idempotency-Key "
      "(op_id = scope:key)."},
-    {"api.receipt_ttl_ms", CFG_INT, CFG_OFF(api_receipt_ttl_ms), 1000,
-     INT64_C(31536000000), "86400000", "ms", 0,
-     "How long a submit receipt is kept for Idempotency-Key replays (24 h)."},
+    {"api.receipt_ttl_ms", CFG_INT, CFG_OFF(api_receipt_ttl_ms), 0,
+     INT64_C(31536000000), "0", "ms", 0,
+     "Deprecated. How long a done submit receipt is kept for Idempotency-Key "
+     "replays: 0 (default) = as long as the op it answers for "
+     "(store.ops_ttl_ms + the longest job deadline, 24 h, + 1 h); a larger "
+     "value keeps it longer; a value below store.ops_ttl_ms is refused."},
     {"api.max_body_bytes", CFG_INT, CFG_OFF(api_max_body_bytes), 256,
      INT64_C(104857600), "1048576", "bytes", 0,
      "Largest request body the job API reads (413 beyond)."},
@@ -931,6 +934,17 @@ static dd_err_t check_rules(const struct cfg *cfg, const char *src,
                       "fetch", src, (long long)cfg->store_ops_ttl_ms,
                       (long long)cfg->store_lease_ms,
                       (long long)cfg->fetch_deadline_ms);
+        return DD_ERR_INVAL;
+    }
+    if (cfg->api_receipt_ttl_ms &&
+        cfg->api_receipt_ttl_ms < cfg->store_ops_ttl_ms) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: api.receipt_ttl_ms: %lld ms ends before the op it "
+                      "answers for (store.ops_ttl_ms %lld): the same key "
+                      "with another payload would be accepted, then become "
+                      "a conflict; set 0 (the op's life) or remove it", src,
+                      (long long)cfg->api_receipt_ttl_ms,
+                      (long long)cfg->store_ops_ttl_ms);
         return DD_ERR_INVAL;
     }
     dd_err_t err = check_grace(cfg, src, errstr, errstr_size);

@@ -550,6 +550,21 @@ size_t store_codec_receipt_encode(int64_t expires_at_ms,
     return enc_done(&e);
 }
 
+size_t store_codec_receipt_pending_encode(int64_t expires_at_ms,
+                                          int64_t pending_until_ms,
+                                          const char *request_hash,
+                                          size_t hash_len, unsigned char *buf,
+                                          size_t cap)
+{
+    struct enc e = {buf, cap, 0, false};
+    enc_header(&e, STORE_CODEC_RECEIPT, expires_at_ms);
+    enc_u8(&e, (uint8_t)STORE_RECEIPT_PENDING);
+    enc_str(&e, request_hash, hash_len);
+    enc_str(&e, "", 0);
+    enc_u64(&e, (uint64_t)pending_until_ms);
+    return enc_done(&e);
+}
+
 dd_err_t store_codec_receipt_decode(const void *val, size_t len,
                                     const char *key,
                                     struct store_codec_receipt *r,
@@ -571,6 +586,11 @@ dd_err_t store_codec_receipt_decode(const void *val, size_t len,
         return DD_ERR_FATAL;
     }
     r->state = (enum store_receipt_state)st;
+    /* a pending record written before the window existed has none: its
+     * window has passed */
+    r->pending_until_ms = 0;
+    if (st == STORE_RECEIPT_PENDING && d.len - d.off >= 8)
+        r->pending_until_ms = (int64_t)dec_u64(&d);
     return DD_OK;
 }
 

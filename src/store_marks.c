@@ -175,12 +175,13 @@ dd_err_t store_seen_contains(struct store *s, const void *key, size_t key_len,
 /* ---------------------------------------------------------------------- */
 /* receipts of the submit API (CF "receipts")                              */
 
-/* The live receipt at \p key (*live false: absent or expired).  Caller
- * holds the key's stripe.
+/* The live receipt at \p key (*live false: absent or expired), and when
+ * pending the end of its in-flight window.  Caller holds the key's stripe.
  * @locality an HTTP server thread (POST /v1/jobs). */
 static dd_err_t receipt_read(struct store *s, const char *key, size_t klen,
                              int64_t now_ms, bool *live,
                              enum store_receipt_state *state,
+                             int64_t *pending_until_ms,
                              char existing_hash[STORE_HASH_LEN + 1],
                              char **receipt, char *errstr, size_t errstr_size)
 {
@@ -207,6 +208,7 @@ static dd_err_t receipt_read(struct store *s, const char *key, size_t klen,
     if (err)
         goto out;
     *state = r.state;
+    *pending_until_ms = r.pending_until_ms;
     memcpy(existing_hash, r.request_hash, sizeof(r.request_hash));
     if (r.state == STORE_RECEIPT_DONE) {
         char *copy = dd_xmalloc(r.receipt_len + 1, "store receipt");
@@ -222,15 +224,18 @@ out:
 /* @locality an HTTP server thread (POST /v1/jobs). */
 dd_err_t store_receipt_begin(struct store *s, const char *key,
                              const char *request_hash, int64_t now_ms,
-                             int64_t ttl_ms, enum store_receipt_state *state,
+                             int64_t pending_ms, int64_t ttl_ms,
+                             enum store_receipt_state *state,
                              char existing_hash[STORE_HASH_LEN + 1],
                              char **receipt, char *errstr, size_t errstr_size)
 {
     size_t klen = strlen(key), hlen = strlen(request_hash);
-    if (klen == 0 || klen > STORE_KEY_MAX || hlen == 0 || hlen > STORE_HASH_LEN) {
+    if (klen == 0 || klen > STORE_KEY_MAX || hlen == 0 ||
+        hlen > STORE_HASH_LEN || pending_ms <= 0 || ttl_ms < pending_ms) {
         dd_errstr_set(errstr, errstr_size,
-                      "store_receipt_begin: key of %zu bytes or hash of %zu "
-                      "bytes out of range", klen, hlen);
+                      "store_receipt_begin: key of %zu bytes, hash of %zu "
+                      "bytes, pending_ms %lld or ttl_ms %lld out of range",
+                      klen, hlen, (long long)pending_ms, (long long)ttl_ms);
         return DD_ERR_INVAL;
     }
     *receipt = NULL;
@@ -238,15 +243,28 @@ dd_err_t store_receipt_begin(struct store *s, const char *key,
     pthread_mutex_t *mu = key_stripe_of(s, key, klen);
     pthread_mutex_lock(mu);
     bool live = false;
+    int64_t pending_until = 0;
     dd_err_t err = receipt_read(s, key, klen, now_ms, &live, state,
-                                existing_hash, receipt, errstr, errstr_size);
-    if (err || live)
+                                &pending_until, existing_hash, receipt, errstr,
+                                errstr_size);
+    if (err)
         goto out;
-    unsigned char buf[STORE_CODEC_HDR_LEN + 1 + 2 + STORE_HASH_LEN + 2];
-    size_t len = store_codec_receipt_encode(store_add_ms(now_ms, ttl_ms),
-                                            STORE_RECEIPT_PENDING,
-                                            request_hash, hlen, "", 0, buf,
-                                            sizeof(buf));
+    if (live) {
+        /* done, or pending inside its window (live at exactly its end, as
+         * records are at expires_at) */
+        if (*state != STORE_RECEIPT_PENDING || now_ms <= pending_until)
+            goto out;
+        /* past its window: the same payload takes it over */
+        if (strcmp(existing_hash, request_hash)) {
+            *state = STORE_RECEIPT_UNSETTLED;
+            goto out;
+        }
+        existing_hash[0] = '\0';
+    }
+    unsigned char buf[STORE_CODEC_HDR_LEN + 1 + 2 + STORE_HASH_LEN + 2 + 8];
+    size_t len = store_codec_receipt_pending_encode(
+        store_add_ms(now_ms, ttl_ms), store_add_ms(now_ms, pending_ms),
+        request_hash, hlen, buf, sizeof(buf));
     char *rerr = NULL;
     rocksdb_put_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen,
                    (const char *)buf, len, &rerr);

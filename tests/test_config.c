@@ -165,6 +165,17 @@ START_TEST(test_config_cross_field_rules)
     /* issue 15: an op must outlive its lease and its default deadline */
     expect_error("{\"store\": {\"ops_ttl_ms\": 1000}}", NULL,
                  "store.ops_ttl_ms: 1000 ms ends before a lease");
+    /* issue 15: a receipt lives as long as the op it answers for */
+    expect_error("{\"api\": {\"receipt_ttl_ms\": 86400000}}", NULL,
+                 ": api.receipt_ttl_ms: 86400000 ms ends before the op "
+                 "it answers for (store.ops_ttl_ms 259200000)");
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load(NULL, NULL, &cfg), DD_OK);
+    ck_assert_int_eq(cfg->api_receipt_ttl_ms, 0); /* the op's life */
+    cfg_destroy(cfg);
+    char *at_ops_ttl[] = {"DEDUPD_API__RECEIPT_TTL_MS=259200000", NULL};
+    ck_assert_int_eq(load(NULL, at_ops_ttl, &cfg), DD_OK);
+    cfg_destroy(cfg);
     /* issue 12: a drained revoke fits between a fetch and the poll interval */
     expect_error("{\"rebalance\": {\"grace_ms\": 1000}}", NULL,
                  "rebalance.grace_ms: 1000 must be at least fetch.timeout_ms");

@@ -1020,6 +1020,133 @@ START_TEST(test_store_conflict_mark_first_then_second)
 END_TEST
 
 /* ---------------------------------------------------------------------- */
+/* receipts of the job API                                                 */
+
+#define RCPT_PENDING (20LL * 1000) /* api.c: the handler's 15 s wait + 5 s */
+#define RAW_RECEIPTS 7
+
+/* store_receipt_begin at \p now: its state, *existing the stored hash. */
+static enum store_receipt_state rbegin(const char *key, const char *hash,
+                                       int64_t now, char existing[65],
+                                       char **receipt)
+{
+    enum store_receipt_state st = (enum store_receipt_state)-1;
+    char *r = NULL;
+    ck_assert_int_eq(store_receipt_begin(g_st, key, hash, now, RCPT_PENDING,
+                                         OPS_TTL, &st, existing, &r, g_err,
+                                         sizeof(g_err)),
+                     DD_OK);
+    if (receipt)
+        *receipt = r;
+    else
+        free(r);
+    return st;
+}
+
+START_TEST(test_store_receipt_pending_only_for_its_window)
+{
+    char ex[65];
+    ck_assert_int_eq(rbegin("k1", H1, T0, ex, NULL), STORE_RECEIPT_NEW);
+    /* in flight up to and at the end of its window (409) */
+    ck_assert_int_eq(rbegin("k1", H1, T0 + 1, ex, NULL), STORE_RECEIPT_PENDING);
+    ck_assert_str_eq(ex, H1);
+    ck_assert_int_eq(rbegin("k1", H1, T0 + RCPT_PENDING, ex, NULL),
+                     STORE_RECEIPT_PENDING);
+    /* another payload in the window: PENDING with the first hash (422) */
+    ck_assert_int_eq(rbegin("k1", H2, T0 + 2, ex, NULL), STORE_RECEIPT_PENDING);
+    ck_assert_str_eq(ex, H1);
+    /* past it: another payload is UNSETTLED (422, nothing written) ... */
+    ck_assert_int_eq(rbegin("k1", H2, T0 + RCPT_PENDING + 1, ex, NULL),
+                     STORE_RECEIPT_UNSETTLED);
+    ck_assert_str_eq(ex, H1);
+    ck_assert_int_eq(rbegin("k1", H2, T0 + OPS_TTL - 1, ex, NULL),
+                     STORE_RECEIPT_UNSETTLED);
+    /* ... the same payload takes it over: a new submit, a new window */
+    int64_t t1 = T0 + OPS_TTL - 1;
+    ck_assert_int_eq(rbegin("k1", H1, t1, ex, NULL), STORE_RECEIPT_NEW);
+    ck_assert_int_eq(rbegin("k1", H1, t1 + RCPT_PENDING, ex, NULL),
+                     STORE_RECEIPT_PENDING);
+    /* the taken-over record lives its TTL from t1, not from T0 */
+    ck_assert_int_eq(rbegin("k1", H2, t1 + OPS_TTL, ex, NULL),
+                     STORE_RECEIPT_UNSETTLED);
+    ck_assert_int_eq(rbegin("k1", H2, t1 + OPS_TTL + 1, ex, NULL),
+                     STORE_RECEIPT_NEW);
+    /* the window is part of the record: it survives a reopen (a crash) */
+    ck_assert_int_eq(rbegin("k2", H1, T0, ex, NULL), STORE_RECEIPT_NEW);
+    reopen_as("a", "r2");
+    ck_assert_int_eq(rbegin("k2", H1, T0 + RCPT_PENDING, ex, NULL),
+                     STORE_RECEIPT_PENDING);
+    ck_assert_int_eq(rbegin("k2", H1, T0 + RCPT_PENDING + 1, ex, NULL),
+                     STORE_RECEIPT_NEW);
+    /* a window longer than the life, or none, is refused */
+    enum store_receipt_state st;
+    char *r = NULL;
+    ck_assert_int_eq(store_receipt_begin(g_st, "k3", H1, T0, 0, OPS_TTL, &st,
+                                         ex, &r, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+    ck_assert_int_eq(store_receipt_begin(g_st, "k3", H1, T0, 2, 1, &st, ex,
+                                         &r, g_err, sizeof(g_err)),
+                     DD_ERR_INVAL);
+}
+END_TEST
+
+START_TEST(test_store_receipt_done_lives_its_ttl)
+{
+    char ex[65];
+    char *r = NULL;
+    const char *json = "{\"op_id\":\"api:k1\",\"offset\":7}";
+    ck_assert_int_eq(rbegin("k1", H1, T0, ex, NULL), STORE_RECEIPT_NEW);
+    ck_assert_int_eq(store_receipt_done(g_st, "k1", H1, json, T0 + 5, OPS_TTL,
+                                        g_err, sizeof(g_err)),
+                     DD_OK);
+    /* replayed, and another payload refused, up to now + TTL inclusive, long
+     * past the pending window */
+    ck_assert_int_eq(rbegin("k1", H1, T0 + RCPT_PENDING + 1, ex, &r),
+                     STORE_RECEIPT_DONE);
+    ck_assert_str_eq(r, json);
+    free(r);
+    ck_assert_int_eq(rbegin("k1", H1, T0 + 5 + OPS_TTL, ex, &r),
+                     STORE_RECEIPT_DONE);
+    ck_assert_str_eq(r, json);
+    free(r);
+    ck_assert_int_eq(rbegin("k1", H2, T0 + 5 + OPS_TTL, ex, NULL),
+                     STORE_RECEIPT_DONE);
+    ck_assert_str_eq(ex, H1);
+    /* then gone: another payload is a new submit */
+    ck_assert_int_eq(rbegin("k1", H2, T0 + 6 + OPS_TTL, ex, &r),
+                     STORE_RECEIPT_NEW);
+    ck_assert_ptr_null(r);
+    /* abort drops a pending receipt at once */
+    ck_assert_int_eq(store_receipt_abort(g_st, "k1", g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(rbegin("k1", H1, T0 + 7 + OPS_TTL, ex, NULL),
+                     STORE_RECEIPT_NEW);
+}
+END_TEST
+
+/* A pending record of an older dedupd (no window, 24 h TTL) no longer holds
+ * its key for a day: its window has passed. */
+START_TEST(test_store_receipt_pending_without_window_has_passed)
+{
+    unsigned char v[16 + 1 + 2 + 64 + 2];
+    ck_assert_uint_eq(store_codec_receipt_encode(T0 + 86400000LL,
+                                                 STORE_RECEIPT_PENDING, H1, 64,
+                                                 "", 0, v, sizeof(v)),
+                      sizeof(v));
+    struct raw raw;
+    raw_open(&raw);
+    raw_put(&raw, RAW_RECEIPTS, "k1", v, sizeof(v));
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    char ex[65];
+    ck_assert_int_eq(rbegin("k1", H2, T0 + 1, ex, NULL),
+                     STORE_RECEIPT_UNSETTLED);
+    ck_assert_int_eq(rbegin("k1", H1, T0 + 1, ex, NULL), STORE_RECEIPT_NEW);
+    ck_assert_int_eq(rbegin("k1", H1, T0 + 2, ex, NULL), STORE_RECEIPT_PENDING);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------- */
 /* layout                                                                  */
 
 START_TEST(test_store_open_creates_column_families_and_layout_version)
@@ -2869,6 +2996,12 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_mark_seen_twice_reports_duplicate);
     tcase_add_test(tc, test_store_mark_seen_rejects_bad_key);
     tcase_add_test(tc, test_store_conflict_mark_first_then_second);
+    suite_add_tcase(s, tc);
+
+    tc = tcase("receipts");
+    tcase_add_test(tc, test_store_receipt_pending_only_for_its_window);
+    tcase_add_test(tc, test_store_receipt_done_lives_its_ttl);
+    tcase_add_test(tc, test_store_receipt_pending_without_window_has_passed);
     suite_add_tcase(s, tc);
 
     tc = tcase("layout");

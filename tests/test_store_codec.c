@@ -623,6 +623,23 @@ START_TEST(test_store_codec_receipt_round_trips_and_refuses_a_bad_state)
     ck_assert_int_eq(r.state, STORE_RECEIPT_PENDING);
     ck_assert_str_eq(r.request_hash, H2);
     ck_assert_uint_eq(r.receipt_len, 0);
+    ck_assert_int_eq(r.pending_until_ms, 0); /* an older dedupd's: none */
+    /* a pending receipt with its in-flight window */
+    unsigned char w[sizeof(p) + 8];
+    ck_assert_uint_eq(store_codec_receipt_pending_encode(9, 5, H2, 64, w,
+                                                         sizeof(w)),
+                      sizeof(w));
+    ck_assert_uint_eq(store_codec_receipt_pending_encode(9, 5, H2, 64, w,
+                                                         sizeof(w) - 1),
+                      0);
+    ck_assert_mem_eq(w, p, sizeof(p)); /* an older dedupd reads it alike */
+    ck_assert_int_eq(store_codec_receipt_decode(w, sizeof(w), "k2", &r, g_err,
+                                                sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(r.state, STORE_RECEIPT_PENDING);
+    ck_assert_str_eq(r.request_hash, H2);
+    ck_assert_uint_eq(r.receipt_len, 0);
+    ck_assert_int_eq(r.pending_until_ms, 5);
 }
 END_TEST
 
