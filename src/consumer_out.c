@@ -62,6 +62,7 @@ void consumer_out_send(struct pipeline *pl, struct outmsg *m)
         h[i].value = m->hval[i];
     }
     char err[DD_ERRSTR_SIZE];
+    int spun = 0;
     for (;;) {
         dd_err_t e = producer_send_to(pl->h->producer, m->topic,
                                       m->partition, m->key, m->key_len,
@@ -72,8 +73,15 @@ void consumer_out_send(struct pipeline *pl, struct outmsg *m)
             return;
         }
         if (e == DD_ERR_TRANSIENT) {
-            producer_poll(pl->h->producer, 50);
-            continue;
+            /* the producer's queue is full (a broker outage): serve reports
+             * once, then keep it for later rather than spin here, so the
+             * pipeline keeps polling its consumer and honours signals */
+            if (!spun++) {
+                producer_poll(pl->h->producer, 10);
+                continue;
+            }
+            out_retry_later(pl, m, 100);
+            return;
         }
         if (e == DD_ERR_STATE) {
             /* the producer is in a fatal state: producer_check recreates it

@@ -262,6 +262,23 @@ static dd_err_t restore_read(struct store *s, struct rslot *sl,
     return err;
 }
 
+static bool finished(enum store_op_state st)
+{
+    return st == STORE_OP_COMPLETE || st == STORE_OP_FAILED ||
+           st == STORE_OP_FORGOTTEN;
+}
+
+/* Does \p local win over the restored \p rec?  A higher generation wins;
+ * at one generation a finished record wins over an unfinished one (a claim
+ * record sent again after its op's result record, from the retry list, must
+ * not undo the completion); else the record, the later one, wins. */
+static bool outranks(const struct store_op *local, const struct store_op *rec)
+{
+    if (local->generation != rec->generation)
+        return local->generation > rec->generation;
+    return finished(local->state) && !finished(rec->state);
+}
+
 /* One restored op record: decide it under its stripe against its slot. */
 static dd_err_t restore_op(struct store *s, struct rslot *sl,
                            const struct store_restore_rec *r, int64_t now_ms,
@@ -296,7 +313,7 @@ static dd_err_t restore_op(struct store *s, struct rslot *sl,
     if (!sl->read)
         err = restore_read(s, sl, op_id, now_ms, errstr, errstr_size);
     const struct store_op *local = &sl->cur;
-    if (!err && sl->found && local->generation > rec.generation) {
+    if (!err && sl->found && outranks(local, &rec)) {
         c->kept++;
     } else if (!err) {
         if (sl->found && local->generation == rec.generation &&
