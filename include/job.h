@@ -95,7 +95,12 @@ struct job {
     char *canonical;             /**< canonical request JSON (identity input) */
     char op_id[JOB_OP_ID_MAX + 1];
     char request_hash[JOB_HEX_LEN + 1];
-    char event_key[JOB_HEX_LEN + 1];
+    char event_key[JOB_HEX_LEN + 1]; /**< epoch 0's from job_parse; the
+                                          pipeline sets the key of the
+                                          op's retry_epoch once it wins
+                                          the claim (key_event_key_epoch) */
+    uint32_t retry_epoch;        /**< 0 from job_parse; the op's
+                                      retry_epoch (store.h) once claimed */
     char resource_key[JOB_HEX_LEN + 1]; /**< SHA-256 hex of the canonical
                                              request without parser_version
                                              and scheduled_for: what

@@ -29,6 +29,7 @@
 #define DEDUPD_KEY_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -81,5 +82,21 @@ void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1]);
  */
 void key_event_key(const char *op_id, const char *request_hash,
                    char out[KEY_HEX_LEN + 1]);
+
+/**
+ * @brief The event_key of retry epoch \p retry_epoch of an op (DESIGN.md
+ *        section 2): epoch 0 is key_event_key(); epoch n > 0 is the hex
+ *        SHA-256 of "result:v1:" + op_id + "\n" + request_hash + "\n" + n,
+ *        n in decimal without leading zeros.  A failed op claimed again
+ *        after store.failed_ttl_ms is published under the key of its next
+ *        epoch, so a consumer that drops replays keeps the recovered result.
+ * @param op_id, request_hash NUL-terminated (borrowed).
+ * @param retry_epoch  The op record's retry_epoch (store.h), any u32.
+ * @param out  Out: KEY_HEX_LEN lowercase hex chars + NUL (caller's buffer).
+ * Cannot fail (out of memory: dd_oom(), as key_sha256_hex()).
+ * @locality any thread; reentrant.
+ */
+void key_event_key_epoch(const char *op_id, const char *request_hash,
+                         uint32_t retry_epoch, char out[KEY_HEX_LEN + 1]);
 
 #endif

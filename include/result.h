@@ -9,7 +9,9 @@
  * response headers (content-type, etag, last-modified), body (UTF-8 text) or
  * body_base64, body_sha256, bytes, fetched_at (RFC 3339 UTC), attempts,
  * rotations, outcome (fetched | not_modified | failed | shadow), category when
- * failed, session (exit name, never credentials), generation and the job's
+ * failed, session (exit name, never credentials), generation, retry_epoch
+ * (0, or n for the n-th claim of a failed op after store.failed_ttl_ms: its
+ * event_key is then that epoch's, key_event_key_epoch()) and the job's
  * meta.  not_modified: the origin answered 304 to the validators dedupd sent
  * (conditional refetch), and body, body_sha256 and bytes are the stored ones.
  *
@@ -89,12 +91,13 @@ dd_err_t result_conflict_encode(const char *op_id, const char *first_hash,
  */
 enum result_op_view {
     /** `GET /v1/ops/{op_id}` (the live view), compact: op_id, state,
-     *  request_hash, event_key, generation, attempts, outbox, category (only
-     *  when set), not_before_ms (only when retryable), expires_at_ms. */
+     *  request_hash, event_key, generation, retry_epoch, attempts, outbox,
+     *  category (only when set), not_before_ms (only when retryable),
+     *  expires_at_ms. */
     RESULT_OP_LIVE = 0,
     /** `dedupd inspect --json`, indented by 2: op_id, state, request_hash,
-     *  event_key, generation, lease_owner, lease_expires_at_ms,
-     *  created_at_ms, updated_at_ms, expires_at_ms, attempts, outbox,
+     *  event_key, generation, retry_epoch, lease_owner,
+     *  lease_expires_at_ms, created_at_ms, updated_at_ms, expires_at_ms, attempts, outbox,
      *  first_source, category, not_before_ms (only when set), attempt_log
      *  (one object per attempt: number, generation, started_at_ms,
      *  ended_at_ms, status, bytes, session, exit, category, error). */

@@ -72,7 +72,11 @@ struct store_conf {
                                     "<instance>#<run_id>" */
     const char *run_id;        /**< this process's run id (fresh every start) */
     int64_t ops_ttl_ms;        /**< TTL of complete ops; 0 = 72 h */
-    int64_t failed_ttl_ms;     /**< TTL of failed ops; 0 = 1 h */
+    int64_t failed_ttl_ms;     /**< delay after which a failed op may be
+                                    claimed again (RECLAIMED at
+                                    retry_epoch + 1); its record is kept
+                                    for max(ops TTL, this) from the
+                                    failure; 0 = 1 h */
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     bool sync;                 /**< fsync the WAL on every write batch */
@@ -121,7 +125,11 @@ enum store_claim_result {
     STORE_CLAIM_RECLAIMED = 4,  /**< lease void or expired: running (a
                                      retryable op stays retryable: its new
                                      holder waits for not_before_ms, then
-                                     store_op_resume), gen + 1 */
+                                     store_op_resume), gen + 1; or a failed
+                                     op past failed_ttl_ms: running, gen + 1,
+                                     retry_epoch + 1, event_key of that
+                                     epoch (key_event_key_epoch), attempts
+                                     kept, category cleared */
 };
 
 /** A decoded op record (plain copy; owns nothing). */
@@ -145,6 +153,10 @@ struct store_op {
                                                     retryable */
     int64_t not_before_ms;  /**< retryable: its next attempt starts no
                                  earlier (ms since epoch); else 0 */
+    uint32_t retry_epoch;   /**< DESIGN.md section 2: how many times this
+                                 op was claimed again after it failed (0
+                                 for a new op); event_key is the key of
+                                 this epoch */
 };
 
 /**
@@ -643,16 +655,18 @@ dd_err_t store_claim_batch(struct store *store, struct store_claim_req *reqs,
 
 /**
  * @brief Fast path (DESIGN.md section 2): does the in-memory hot index prove
- *        that \p op_id is a finished (complete or failed), unexpired op whose
- *        request_hash is \p request_hash?  Never reads RocksDB, takes no
- *        stripe (one index segment's read lock).
+ *        that \p op_id is a complete, unexpired op whose request_hash is
+ *        \p request_hash?  Never reads RocksDB, takes no stripe (one index
+ *        segment's read lock).  A failed op is never proven here (whether
+ *        it may be claimed again after failed_ttl_ms is in RocksDB); nor
+ *        does store_claim_batch answer one from the index.
  * @param op_id        Bytes, not NUL-terminated (e.g. a Kafka key).
  * @param op_id_len    Its length; 0 or more than STORE_KEY_MAX: false.
  * @param request_hash NUL-terminated (equality is of 64-bit digests).
- * @param state Out (may be NULL): the op's state when true.
+ * @param state Out (may be NULL): the op's state when true (complete).
  * @returns true only when proven; false means "take the full path" (also
- *          for a running, conflicting, expired, unknown or not yet indexed
- *          op).
+ *          for a running, failed, conflicting, expired, unknown or not yet
+ *          indexed op).
  * @locality any thread.
  */
 bool store_index_duplicate(struct store *store, const char *op_id,

@@ -18,15 +18,31 @@
  * u16 length and that many bytes.  Every value of an expiring column family
  * starts with the 16-byte header (STORE_CODEC_HDR_LEN):
  *   [0] layout version (STORE_LAYOUT_V1), [1] record type
- *   (enum store_codec_kind), [2..7] zero (reserved, not read), [8..15]
- *   expires_at, i64 ms since the epoch
+ *   (enum store_codec_kind), [2..3] zero (reserved, not read), [4..7]
+ *   zero (reserved, not read) but in an ops record: its retry_epoch, u32
+ *   LE (below), [8..15] expires_at, i64 ms since the epoch
  * so one compaction filter drops expired records by reading 8 bytes at a
  * fixed offset.
  *
+ * retry_epoch (DESIGN.md section 2, added without a layout bump) lives in
+ * header bytes 4..7 of an ops record rather than in a trailing field or a
+ * layout V2, because those bytes are compatible both ways: every dedupd
+ * before it wrote them as zero (so an older record decodes as epoch 0)
+ * and none read them (so an older dedupd reads a newer record, its epoch
+ * aside).  That matters for the changelog, whose values are op records:
+ * in a rolling deploy an older pod restores records written by newer
+ * ones, and a trailing field would make it call them corrupt and fail
+ * the restore (a layout bump refuses them likewise, and needs a
+ * migration of every stored op).  The cost: an older dedupd that rewrites
+ * such a record writes epoch 0 back (its results use the epoch-0
+ * event_key anyway).  No size changes (STORE_CODEC_OP_VALUE_MAX, the
+ * changelog's bound).
+ *
  *   ops        key op_id
- *              value header(OP) u8 state (1..5; 5, forgotten, added without
- *                    a layout bump: a dedupd from before it calls such a
- *                    record corrupt), u8 outbox_state, u64 generation,
+ *              value header(OP; bytes 4..7: u32 retry_epoch) u8 state
+ *                    (1..5; 5, forgotten, added without a layout bump: a
+ *                    dedupd from before it calls such a record corrupt),
+ *                    u8 outbox_state, u64 generation,
  *                    i64 lease_expires_at, i64 created_at, i64 updated_at,
  *                    u32 attempts, u64 outbox_seq, then the strings
  *                    request_hash, event_key, lease_owner, source, category,
@@ -208,8 +224,8 @@ dd_err_t store_codec_header_decode(const void *val, size_t len,
 /* ---- ops ----------------------------------------------------------------- */
 
 /**
- * @brief The value of \p op (its expires_at_ms goes into the header;
- *        not_before_ms is written in state retryable only).
+ * @brief The value of \p op (its expires_at_ms and retry_epoch go into the
+ *        header; not_before_ms is written in state retryable only).
  * @param cap  >= STORE_CODEC_OP_VALUE_MAX.
  * @returns the value's length; 0 (nothing written) when \p cap is too small
  *          or a string of \p op is not NUL-terminated within its array.

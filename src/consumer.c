@@ -453,9 +453,15 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
         metrics_job(METRICS_JOB_RECLAIMED);
         metrics_add(METRICS_LEASE_RECOVERIES, 1);
         log_ctx_msg(LOG_NOTICE, "consumer", lc,
-                    "reclaimed op at generation %llu",
-                    (unsigned long long)op->generation);
+                    "reclaimed op at generation %llu, retry epoch %u",
+                    (unsigned long long)op->generation,
+                    (unsigned)op->retry_epoch);
     }
+    /* a failed op claimed again publishes under its epoch's event_key
+     * (DESIGN.md section 2) */
+    job->retry_epoch = op->retry_epoch;
+    key_event_key_epoch(job->op_id, job->request_hash, op->retry_epoch,
+                        job->event_key);
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
     /* the claim record: the next owner after a crash waits out its lease

@@ -52,11 +52,13 @@
 
 #include <ctype.h>
 #include <curl/curl.h>
+#include <inttypes.h>
 #include <locale.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -718,8 +720,10 @@ void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
     to_hex(md, mdlen, out);
 }
 
-void key_event_key(const char *op_id, const char *request_hash,
-                   char out[KEY_HEX_LEN + 1])
+/* SHA-256 of "result:v1:" + op_id + "\n" + request_hash, then + "\n" +
+ * \p suffix when \p suffix is not NULL.  @locality any thread. */
+static void event_key_of(const char *op_id, const char *request_hash,
+                         const char *suffix, char out[KEY_HEX_LEN + 1])
 {
     static const char prefix[] = "result:v1:";
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -731,8 +735,28 @@ void key_event_key(const char *op_id, const char *request_hash,
         EVP_DigestUpdate(ctx, op_id, strlen(op_id)) != 1 ||
         EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
         EVP_DigestUpdate(ctx, request_hash, strlen(request_hash)) != 1 ||
+        (suffix && (EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
+                    EVP_DigestUpdate(ctx, suffix, strlen(suffix)) != 1)) ||
         EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != KEY_HEX_LEN / 2)
         dd_oom("SHA-256 digest context (EVP_MD_CTX)");
     EVP_MD_CTX_free(ctx);
     to_hex(md, mdlen, out);
+}
+
+void key_event_key(const char *op_id, const char *request_hash,
+                   char out[KEY_HEX_LEN + 1])
+{
+    event_key_of(op_id, request_hash, NULL, out);
+}
+
+void key_event_key_epoch(const char *op_id, const char *request_hash,
+                         uint32_t retry_epoch, char out[KEY_HEX_LEN + 1])
+{
+    if (retry_epoch == 0) {
+        event_key_of(op_id, request_hash, NULL, out);
+        return;
+    }
+    char n[16];
+    snprintf(n, sizeof(n), "%" PRIu32, retry_epoch);
+    event_key_of(op_id, request_hash, n, out);
 }

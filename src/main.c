@@ -727,6 +727,7 @@ static void inspect_print_text(const char *op_id, const struct store_op *op,
            "request_hash  %s\n"
            "event_key     %s\n"
            "generation    %llu\n"
+           "retry epoch   %u\n"
            "lease         %s until %s\n"
            "created       %s\n"
            "updated       %s\n"
@@ -736,7 +737,8 @@ static void inspect_print_text(const char *op_id, const struct store_op *op,
            "attempts      %u\n",
            op_id, store_op_state2str(op->state), op->category[0] ? " / " : "",
            op->category, op->request_hash, op->event_key,
-           (unsigned long long)op->generation, op->lease_owner, t4, t1, t2, t3,
+           (unsigned long long)op->generation, (unsigned)op->retry_epoch,
+           op->lease_owner, t4, t1, t2, t3,
            result_op_outbox_str(op), op->source, op->attempts);
     if (op->not_before_ms) {
         time_text(op->not_before_ms, t1, sizeof(t1));

@@ -78,6 +78,8 @@ static json_t *encode(const struct job *job, const struct fetch_result *r,
     json_object_set_new(o, "op_id", json_string(job->op_id));
     json_object_set_new(o, "request_hash", json_string(job->request_hash));
     json_object_set_new(o, "generation", json_integer((json_int_t)generation));
+    json_object_set_new(o, "retry_epoch",
+                        json_integer((json_int_t)job->retry_epoch));
     if (detail == MINIMAL) {
         char digest[KEY_HEX_LEN + 1];
         key_sha256_hex(job->req.url, strlen(job->req.url), digest);
@@ -298,6 +300,8 @@ dd_err_t result_op_encode(const char *op_id, const struct store_op *op,
     json_object_set_new(o, "request_hash", json_string(op->request_hash));
     json_object_set_new(o, "event_key", json_string(op->event_key));
     json_object_set_new(o, "generation", json_integer((json_int_t)op->generation));
+    json_object_set_new(o, "retry_epoch",
+                        json_integer((json_int_t)op->retry_epoch));
     if (full) {
         json_object_set_new(o, "lease_owner", json_string(op->lease_owner));
         json_object_set_new(o, "lease_expires_at_ms",

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "key.h"
 #include "log.h"
 
 static const char META_SEQ_KEY[] = STORE_META_SEQ_KEY;
@@ -195,12 +196,43 @@ out:
 /* ---------------------------------------------------------------------- */
 /* ops                                                                     */
 
+/* A failed op past store.failed_ttl_ms, claimed again (DESIGN.md section
+ * 2): running at retry_epoch + 1 (the caller adds the generation and
+ * the lease), under the event_key of that epoch; created_at, first source
+ * and attempts (the attempt log goes on) kept.
+ * @locality any thread (under the op's stripe). */
+static void claim_failed_again(const char *op_id, struct store_op *cur)
+{
+    cur->state = STORE_OP_RUNNING;
+    cur->outbox_state = STORE_OUTBOX_NONE;
+    cur->outbox_seq = 0;
+    cur->retry_epoch++;
+    key_event_key_epoch(op_id, cur->request_hash, cur->retry_epoch,
+                        cur->event_key);
+    cur->category[0] = '\0';
+    cur->not_before_ms = 0;
+}
+
+/* Whether a failed op may be claimed again: its failure (updated_at, which
+ * nothing changes after it) is more than failed_ttl_ms ago, and its
+ * result was acknowledged (a pending one still has its outbox entry and
+ * may still be tracked by this run).  @locality any thread. */
+static bool failed_reclaimable(const struct store *s,
+                               const struct store_op *cur, int64_t now_ms)
+{
+    return cur->state == STORE_OP_FAILED
+           && cur->outbox_state != STORE_OUTBOX_PENDING
+           && store_record_expired(store_add_ms(cur->updated_at_ms,
+                                                s->failed_ttl_ms),
+                                   now_ms);
+}
+
 /*
  * One claim applied to the op's current record (*cur, live when found), as
  * DESIGN.md section 4 orders it.  *dirty: the record changed and must be
  * written.  Shared by store_claim and store_claim_batch.
  */
-static enum store_claim_result claim_apply(struct store *s,
+static enum store_claim_result claim_apply(struct store *s, const char *op_id,
                                            struct store_op *cur, bool found,
                                            const char *request_hash,
                                            size_t hlen, const char *event_key,
@@ -236,18 +268,24 @@ static enum store_claim_result claim_apply(struct store *s,
     }
     if (strcmp(cur->request_hash, request_hash) != 0)
         return STORE_CLAIM_CONFLICT; /* record untouched */
-    if (cur->state == STORE_OP_COMPLETE || cur->state == STORE_OP_FAILED)
+    bool failed_again = failed_reclaimable(s, cur, now_ms);
+    if ((cur->state == STORE_OP_COMPLETE || cur->state == STORE_OP_FAILED)
+        && !failed_again)
         return STORE_CLAIM_DUPLICATE;
-    if (strcmp(cur->lease_owner, s->owner) == 0)
+    if (!failed_again && strcmp(cur->lease_owner, s->owner) == 0)
         return STORE_CLAIM_DUPLICATE; /* in flight here */
-    if (store_record_expired(cur->lease_expires_at_ms, now_ms)
+    if (failed_again
+        || store_record_expired(cur->lease_expires_at_ms, now_ms)
         || strncmp(cur->lease_owner, s->owner_prefix,
                    strlen(s->owner_prefix))
                == 0) {
-        /* expired lease, or a lease of a previous run of this instance; a
-         * retryable op stays retryable with its not_before: the new holder
+        /* a failed op past failed_ttl_ms (its next retry epoch); an
+         * expired lease, or a lease of a previous run of this instance: a
+         * retryable op stays retryable with its not_before, the new holder
          * waits it out, then resumes it (store_op_resume) */
-        if (cur->state != STORE_OP_RETRYABLE)
+        if (failed_again)
+            claim_failed_again(op_id, cur);
+        else if (cur->state != STORE_OP_RETRYABLE)
             cur->state = STORE_OP_RUNNING;
         cur->generation++;
         snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
@@ -320,8 +358,8 @@ dd_err_t store_claim(struct store *s, const char *op_id,
             store_index_put(s->idx, &k, &cur, now_ms, STORE_INDEX_FILL);
     }
     bool dirty = false;
-    *result = claim_apply(s, &cur, found, request_hash, hlen, event_key, elen,
-                          source, now_ms, &dirty);
+    *result = claim_apply(s, op_id, &cur, found, request_hash, hlen,
+                          event_key, elen, source, now_ms, &dirty);
     if (dirty) {
         err = store_op_write(s, op_id, &cur, errstr, errstr_size);
         if (err)
@@ -639,9 +677,13 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->outbox_seq = n;
     op->not_before_ms = 0;
     op->updated_at_ms = now_ms;
-    op->expires_at_ms = store_add_ms(now_ms, state == STORE_OP_COMPLETE
-                                                 ? s->ops_ttl_ms
-                                                 : s->failed_ttl_ms);
+    /* a failed op is kept for the ops TTL (or its failed_ttl_ms, when
+     * longer): claimed again after failed_ttl_ms, it keeps counting its
+     * retry epochs (DESIGN.md sections 2 and 4) */
+    int64_t keep = s->ops_ttl_ms;
+    if (state == STORE_OP_FAILED && s->failed_ttl_ms > keep)
+        keep = s->failed_ttl_ms;
+    op->expires_at_ms = store_add_ms(now_ms, keep);
     unsigned char vbuf[STORE_CODEC_OP_VALUE_MAX];
     size_t vlen = store_codec_op_encode(op, vbuf, sizeof(vbuf));
     const struct store_codec_outbox ent = {
@@ -1250,10 +1292,13 @@ out:
 }
 
 /* Does the index's finished entry answer every request of distinct op_id
- * j (the same request_hash digest in all)? */
+ * j (the same request_hash digest in all)?  Not a failed op's: whether it
+ * may be claimed again (failed_ttl_ms after its failure) is in RocksDB. */
 static bool claim_batch_from_index(struct store *s,
                                    const struct claim_batch *cb, size_t j)
 {
+    if (store_index_entry_state(&cb->probe[j].entry) == STORE_OP_FAILED)
+        return false;
     for (uint32_t i = cb->u[j].first; i != BATCH_NONE; i = cb->next[i]) {
         const char *h = cb->reqs[i].request_hash;
         if (store_index_hdigest(s->idx, h, strlen(h))
@@ -1324,7 +1369,7 @@ static size_t claim_batch_apply(struct store *s, struct claim_batch *cb,
             found = true; /* the first request left a live record */
         }
         bool dirty = false;
-        r->result = claim_apply(s, &r->op, found, r->request_hash,
+        r->result = claim_apply(s, r->op_id, &r->op, found, r->request_hash,
                                 strlen(r->request_hash), r->event_key,
                                 strlen(r->event_key), r->source, now_ms,
                                 &dirty);
@@ -1429,8 +1474,11 @@ bool store_index_duplicate(struct store *s, const char *op_id,
     struct store_index_key k;
     struct store_index_entry e;
     store_index_digest(s->idx, op_id, op_id_len, &k);
+    /* a failed op is not decided here: whether it may be claimed again
+     * (failed_ttl_ms after its failure) is in RocksDB */
     bool dup = store_index_judge(s->idx, &k, now_ms, store_clock_ms(s), &e)
                    == STORE_INDEX_FINISHED
+               && store_index_entry_state(&e) != STORE_OP_FAILED
                && e.h == store_index_hdigest(s->idx, request_hash,
                                              strlen(request_hash));
     store_index_count(s->idx, &k, dup);

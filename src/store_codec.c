@@ -308,6 +308,9 @@ size_t store_codec_op_encode(const struct store_op *op, unsigned char *buf,
         return 0;
     struct enc e = {buf, cap, 0, false};
     enc_header(&e, STORE_CODEC_OP, op->expires_at_ms);
+    /* header bytes 4..7 of an op: its retry_epoch (store_codec.h) */
+    for (int i = 0; i < 4; i++)
+        buf[4 + i] = (unsigned char)(op->retry_epoch >> (8 * i));
     enc_u8(&e, (uint8_t)op->state);
     enc_u8(&e, (uint8_t)op->outbox_state);
     enc_u64(&e, op->generation);
@@ -336,6 +339,10 @@ dd_err_t store_codec_op_decode(const void *val, size_t len, const char *op_id,
                               klen, errstr, errstr_size);
     if (err)
         return err;
+    /* header bytes 4..7 of an op: its retry_epoch, 0 in a record written
+     * before it existed (store_codec.h) */
+    op->retry_epoch = (uint32_t)d.p[4] | (uint32_t)d.p[5] << 8
+                      | (uint32_t)d.p[6] << 16 | (uint32_t)d.p[7] << 24;
     uint8_t state = dec_u8(&d);
     uint8_t ostate = dec_u8(&d);
     op->generation = dec_u64(&d);

@@ -490,6 +490,31 @@ START_TEST(test_key_event_key_known_answer)
 }
 END_TEST
 
+/* DESIGN.md section 2: epoch 0 is today's event_key; epoch n > 0 hashes
+ * "\n" + n (decimal) after it. */
+START_TEST(test_key_event_key_epoch_known_answers)
+{
+    static const char id[] = "default:order-1001";
+    static const char h[] = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934c"
+                            "a495991b7852b855";
+    char e0[KEY_HEX_LEN + 1], hex[KEY_HEX_LEN + 1];
+    key_event_key(id, h, e0);
+    key_event_key_epoch(id, h, 0, hex);
+    ck_assert_str_eq(hex, e0);
+    /* printf 'result:v1:%s\n%s\n1' default:order-1001 e3b0...b855 |
+     *   sha256sum (and \n12, \n4294967295) */
+    key_event_key_epoch(id, h, 1, hex);
+    ck_assert_str_eq(hex, "20bda6ee95022c875df2c687d21f1223d12a3b3a45126cda8"
+                          "dd451ff8e724bb6");
+    key_event_key_epoch(id, h, 12, hex);
+    ck_assert_str_eq(hex, "952f7b3a52e939fed8d0e5c01c9e5086f7c518f087ba68d7d"
+                          "9f73a9a525c27e7");
+    key_event_key_epoch(id, h, UINT32_MAX, hex);
+    ck_assert_str_eq(hex, "a3920351f508f0191c6507150800e4d8a22e39ebcd5f8d9e9"
+                          "85a3d249e068192");
+}
+END_TEST
+
 Suite *key_suite(void)
 {
     key_global_init();
@@ -546,6 +571,7 @@ Suite *key_suite(void)
     tc = tcase_create("hashes");
     tcase_add_test(tc, test_key_sha256_known_answers);
     tcase_add_test(tc, test_key_event_key_known_answer);
+    tcase_add_test(tc, test_key_event_key_epoch_known_answers);
     tcase_add_test(tc, test_key_idn_host_mapping_to_delimiter_is_refused);
     tcase_add_test(tc, test_key_pct_host_is_the_host_curl_connects_to);
     tcase_add_test(tc, test_key_idn_host_becoming_ipv4_is_normalized);

@@ -18,6 +18,7 @@ static void op_fill(struct store_op *op, struct store_attempt *a)
     op->state = STORE_OP_FAILED;
     op->outbox_state = STORE_OUTBOX_SENT;
     op->generation = 2;
+    op->retry_epoch = 1;
     op->lease_expires_at_ms = 1700000030000;
     op->created_at_ms = 1700000000000;
     op->updated_at_ms = 1700000020000;
@@ -56,6 +57,7 @@ START_TEST(test_result_op_encode_full_is_the_inspect_json)
         "  \"request_hash\": \"ab12\",\n"
         "  \"event_key\": \"cd34\",\n"
         "  \"generation\": 2,\n"
+        "  \"retry_epoch\": 1,\n"
         "  \"lease_owner\": \"pod-0#r1\",\n"
         "  \"lease_expires_at_ms\": 1700000030000,\n"
         "  \"created_at_ms\": 1700000000000,\n"
@@ -122,7 +124,8 @@ START_TEST(test_result_op_encode_live_is_the_v1_ops_json)
                                       &s), DD_OK);
     ck_assert_str_eq(s, "{\"op_id\":\"scope:k1\",\"state\":\"failed\","
                         "\"request_hash\":\"ab12\",\"event_key\":\"cd34\","
-                        "\"generation\":2,\"attempts\":1,\"outbox\":\"sent\","
+                        "\"generation\":2,\"retry_epoch\":1,"
+                        "\"attempts\":1,\"outbox\":\"sent\","
                         "\"category\":\"client_error\","
                         "\"expires_at_ms\":1700259200000}");
     free(s);
@@ -136,7 +139,7 @@ START_TEST(test_result_op_encode_live_is_the_v1_ops_json)
                      DD_OK);
     ck_assert_str_eq(s, "{\"op_id\":\"y\",\"state\":\"retryable\","
                         "\"request_hash\":\"ab12\",\"event_key\":\"cd34\","
-                        "\"generation\":2,\"attempts\":1,"
+                        "\"generation\":2,\"retry_epoch\":1,\"attempts\":1,"
                         "\"outbox\":\"pending\",\"not_before_ms\":0,"
                         "\"expires_at_ms\":1700259200000}");
     free(s);

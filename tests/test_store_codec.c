@@ -60,6 +60,7 @@ static void assert_op_eq(const struct store_op *a, const struct store_op *b)
     ck_assert_str_eq(a->source, b->source);
     ck_assert_str_eq(a->category, b->category);
     ck_assert_int_eq(a->not_before_ms, b->not_before_ms);
+    ck_assert_uint_eq(a->retry_epoch, b->retry_epoch);
 }
 
 /* A copy of \p n bytes of \p v in a buffer of exactly that size (ASan). */
@@ -194,6 +195,38 @@ START_TEST(test_store_codec_op_bytes)
 }
 END_TEST
 
+/* retry_epoch: header bytes 4..7 of an op, u32 LE (store_codec.h); a record
+ * of a dedupd before it (zeros there) decodes as epoch 0, and the rest of
+ * the value does not move. */
+START_TEST(test_store_codec_op_retry_epoch_in_header_bytes_4_to_7)
+{
+    struct store_op op = op_sample(STORE_OP_FAILED), back;
+    unsigned char v[STORE_CODEC_OP_VALUE_MAX], w[STORE_CODEC_OP_VALUE_MAX];
+    size_t n0 = store_codec_op_encode(&op, w, sizeof(w));
+    static const unsigned char zero[6] = {0};
+    ck_assert_mem_eq(w + 2, zero, 6); /* epoch 0: as every older dedupd */
+    ck_assert_int_eq(op_decode_n(w, n0, &back), DD_OK);
+    ck_assert_uint_eq(back.retry_epoch, 0);
+    op.retry_epoch = 0x01020304u;
+    size_t n = store_codec_op_encode(&op, v, sizeof(v));
+    ck_assert_uint_eq(n, n0);
+    static const unsigned char want[6] = {0, 0, 4, 3, 2, 1};
+    ck_assert_mem_eq(v + 2, want, 6);
+    ck_assert_mem_eq(v + 8, w + 8, n - 8); /* nothing else changes */
+    ck_assert_int_eq(op_decode_n(v, n, &back), DD_OK);
+    assert_op_eq(&op, &back);
+    op.retry_epoch = UINT32_MAX;
+    n = store_codec_op_encode(&op, v, sizeof(v));
+    ck_assert_int_eq(op_decode_n(v, n, &back), DD_OK);
+    ck_assert_uint_eq(back.retry_epoch, UINT32_MAX);
+    /* bytes 2..3 stay reserved: not read */
+    v[2] = 0x5a;
+    v[3] = 0xa5;
+    ck_assert_int_eq(op_decode_n(v, n, &back), DD_OK);
+    assert_op_eq(&op, &back);
+}
+END_TEST
+
 START_TEST(test_store_codec_op_round_trips_each_state)
 {
     static const enum store_op_state st[] = {
@@ -315,10 +348,11 @@ START_TEST(test_store_codec_op_checks_layout_version_and_type)
     ck_assert_int_eq(op_decode_n(v, n, &back), DD_ERR_FATAL);
     ck_assert_str_eq(g_err, "store: ops record 'op-1' has layout version 1 "
                             "type 5, expected version 1 type 1");
-    /* bytes 2..7 are reserved and not read */
+    /* bytes 2..3 are reserved and not read; 4..7 are the retry_epoch */
     v[1] = STORE_CODEC_OP;
     memset(v + 2, 0x5a, 6);
     ck_assert_int_eq(op_decode_n(v, n, &back), DD_OK);
+    op.retry_epoch = 0x5a5a5a5au;
     assert_op_eq(&op, &back);
 }
 END_TEST
@@ -781,6 +815,7 @@ Suite *store_codec_suite(void)
 
     tc = tcase_create("ops");
     tcase_add_test(tc, test_store_codec_op_bytes);
+    tcase_add_test(tc, test_store_codec_op_retry_epoch_in_header_bytes_4_to_7);
     tcase_add_test(tc, test_store_codec_op_round_trips_each_state);
     tcase_add_test(tc, test_store_codec_op_largest_fits_its_maximum);
     tcase_add_test(tc, test_store_codec_op_encode_refuses_what_it_cannot_write);

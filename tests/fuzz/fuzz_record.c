@@ -15,7 +15,8 @@
  *    fields (an outbox entry's SEQ of its own after its generation), CUT
  *    (2 bytes: where the truncation check cuts), EXTRA (1 byte: what the
  *    appended-byte check appends), the record's strings, then (op, attempt)
- *    the key's OP_ID as above (see roundtrip_*()).
+ *    the key's OP_ID as above, then (op) its RETRY_EPOCH (4 bytes,
+ *    big-endian; 0 where the input ends) (see roundtrip_*()).
  *
  * Properties, abort() on violation:
  *  - every refusal is DD_ERR_FATAL with a reason by fuzz_check_text()
@@ -26,13 +27,14 @@
  *    character boundary within 64 bytes; an outbox reason holds the entry's
  *    seq in decimal (not inside a longer number);
  *  - garbage: an accepted value
- *    decodes into an in-range state: op state RUNNING..FAILED, outbox state
+ *    decodes into an in-range state: op state RUNNING..FORGOTTEN, outbox state
  *    NONE..SENT, every string NUL-terminated within its array (the hashes at
  *    most 64 bytes), expires_at the header's, the attempt number the key's,
  *    an outbox op_id of 1..STORE_KEY_MAX bytes and every outbox pointer and
  *    length inside the value (the payload its last bytes); and it is
  *    canonical: encoding what was decoded gives the value back (header
- *    bytes 2..7, which the decoders do not read, aside; a string with a NUL
+ *    bytes 2..7, which the decoders do not read, aside, but an op's 4..7,
+ *    its retry_epoch; a string with a NUL
  *    inside, which C strings cut short, aside), and that decodes to the
  *    same record;
  *  - round trip: decode(encode(x)) == x for every op whose states are in
@@ -246,12 +248,14 @@ static struct rkey outbox_key(uint64_t seq)
     return (struct rkey){NULL, seq};
 }
 
-/* Equal ignoring header bytes 2..7 (reserved, not read by the decoders). */
+/* Equal ignoring header bytes 2..7 (reserved, not read by the decoders),
+ * or 2..3 only when \p op (an op's bytes 4..7 are its retry_epoch). */
 static bool same_value(const unsigned char *a, size_t alen,
-                       const unsigned char *b, size_t blen)
+                       const unsigned char *b, size_t blen, bool op)
 {
+    size_t from = op ? 4 : 8;
     return alen == blen && alen >= HDR && memcmp(a, b, 2) == 0 &&
-           memcmp(a + 8, b + 8, alen - 8) == 0;
+           memcmp(a + from, b + from, alen - from) == 0;
 }
 
 /* Every string in [first, end) of a value (u16 length + bytes, \p n of
@@ -285,7 +289,8 @@ static bool op_equal(const struct store_op *a, const struct store_op *b)
            strcmp(a->lease_owner, b->lease_owner) == 0 &&
            strcmp(a->source, b->source) == 0 &&
            strcmp(a->category, b->category) == 0 &&
-           a->not_before_ms == b->not_before_ms;
+           a->not_before_ms == b->not_before_ms &&
+           a->retry_epoch == b->retry_epoch;
 }
 
 static bool attempt_equal(const struct store_attempt *a,
@@ -302,7 +307,7 @@ static bool attempt_equal(const struct store_attempt *a,
 
 static bool op_in_range(const struct store_op *op)
 {
-    return op->state >= STORE_OP_RUNNING && op->state <= STORE_OP_FAILED &&
+    return op->state >= STORE_OP_RUNNING && op->state <= STORE_OP_FORGOTTEN &&
            op->outbox_state <= STORE_OUTBOX_SENT;
 }
 
@@ -391,7 +396,7 @@ static void garbage_op(const unsigned char *v, size_t len, const char *op_id)
     size_t rlen = store_codec_op_encode(&op, re, cap);
     FUZZ_CHECK(rlen > 0, "a decoded op does not encode");
     if (strings_without_nul(v, len, HDR + 2 + 8 * 4 + 4 + 8, 5))
-        FUZZ_CHECK(same_value(v, len, re, rlen),
+        FUZZ_CHECK(same_value(v, len, re, rlen, true),
                    "op value of %zu bytes is not canonical: re-encoded to "
                    "%zu bytes", len, rlen);
     struct store_op again;
@@ -421,7 +426,7 @@ static void garbage_attempt(const unsigned char *v, size_t len,
                "attempt expires_at %lld", (long long)expires_at);
     struct buf re = ref_attempt(&a, expires_at);
     if (strings_without_nul(v, len, HDR + 4 + 8 * 3 + 4 + 8, 4))
-        FUZZ_CHECK(same_value(v, len, re.p, re.len),
+        FUZZ_CHECK(same_value(v, len, re.p, re.len, false),
                    "attempt value of %zu bytes is not canonical (%zu)", len,
                    re.len);
     struct store_attempt again;
@@ -459,7 +464,7 @@ static void garbage_outbox(const unsigned char *v, size_t len, uint64_t seq)
     struct buf re = ref_outbox(o.op_id, o.op_id_len, o.event_key,
                                o.event_key_len, o.generation, o.value,
                                o.value_len, (int64_t)get_le(v + 8, 8));
-    FUZZ_CHECK(same_value(v, len, re.p, re.len),
+    FUZZ_CHECK(same_value(v, len, re.p, re.len, false),
                "outbox value of %zu bytes is not canonical (%zu)", len,
                re.len);
     free(re.p);
@@ -505,6 +510,8 @@ static void roundtrip_op(struct in *in)
     in_str(in, op.category, STORE_CATEGORY_MAX);
     char op_id[STORE_KEY_MAX + 1];
     op_id_of(in, op_id);
+    op.retry_epoch = (uint32_t)in_uint(in, 4); /* last: older seeds keep
+                                                  their meaning */
 
     size_t cap = STORE_CODEC_OP_VALUE_MAX;
     unsigned char *v = malloc(cap);

@@ -64,6 +64,7 @@ struct op {
     int64_t expires;
     unsigned kind;
     int64_t not_before;   /* written in state 2 (retryable) only */
+    uint32_t retry_epoch; /* header bytes 4..7 */
 };
 
 static struct op op_default(void)
@@ -106,6 +107,7 @@ static struct buf op(struct op o)
     s.attempts = o.attempts;
     s.outbox_seq = o.seq;
     s.not_before_ms = o.not_before;
+    s.retry_epoch = o.retry_epoch;
     copy_str(s.request_hash, sizeof(s.request_hash), o.rh);
     copy_str(s.event_key, sizeof(s.event_key), o.ek);
     copy_str(s.lease_owner, sizeof(s.lease_owner), o.owner);
@@ -401,6 +403,9 @@ int main(int argc, char **argv)
     emit("op_complete_pending", garbage(0, op(o), o64, 0, 0));
     o = op_default(), o.state = 4, o.ostate = 2, o.category = "proxy_auth", o.owner = "";
     emit("op_failed_sent", garbage(0, op(o), o512, 0, 0));
+    o = op_default(), o.state = 4, o.ostate = 2, o.category = "client_error",
+    o.gen = 3, o.retry_epoch = 2;
+    emit("op_failed_retry_epoch", garbage(0, op(o), id, 0, 0));
     char t255[256], o127[128], c31[32];
     memset(t255, 't', 255), t255[255] = '\0';
     memset(o127, 'o', 127), o127[127] = '\0';
