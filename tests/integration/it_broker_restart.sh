@@ -17,6 +17,7 @@ source "$(dirname "$0")/lib.sh"
 pin_dedupd
 export DEDUPD_FETCH__MAX_INFLIGHT=32
 export DEDUPD_FETCH__TIMEOUT_MS=60000   # the largest page takes ~28 s from /slow/
+export DEDUPD_REBALANCE__GRACE_MS=90000 # at least fetch.timeout_ms + request.timeout.ms
 # First wave from /slow/ (16 KiB/s), so fetches are in flight at the stop.
 awk '/\.html$/ && k++ < 40 {sub("/docs/", "/slow/"); print}' "$ORIGIN_PAGES" |
   sed "s|\$|?t=$T|" | jq -Rc '{url: .}' > "$WORK/wave1"

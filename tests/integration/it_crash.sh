@@ -16,6 +16,7 @@ KILLS=${CRASH_KILLS:-20}
 export DEDUPD_FETCH__MAX_INFLIGHT=32
 export DEDUPD_STORE__LEASE_MS=30000
 export DEDUPD_FETCH__TIMEOUT_MS=60000   # the largest page takes ~28 s from /slow/
+export DEDUPD_REBALANCE__GRACE_MS=90000 # at least fetch.timeout_ms + request.timeout.ms
 
 # Workload: 40 logical jobs per round (one page each), each sent twice, and
 # every round re-sends 10 jobs of the round before; 4 conflicts at the end.

@@ -85,7 +85,13 @@ live=(a b c)
 at 15 "d joins"; inst_start d; live+=(d)
 at 35 "a stops (SIGTERM)"; inst_stop a; live=(b c d)
 at 55 "b is killed (-9)"
-b_inflight=$(inst_metric b dedupd_ops_inflight)
+# the kill must find ops in flight (the gauge is refreshed once a second;
+# right after a rebalance b may be restoring): wait up to 10 s for some
+for _ in $(seq 1 100); do
+  b_inflight=$(inst_metric b dedupd_ops_inflight)
+  [[ $b_inflight =~ ^[0-9]+$ ]] && (( b_inflight > 0 )) && break
+  sleep 0.1
+done
 inst_kill b; live=(c d)
 at 70 "b2 joins (another instance.id, an empty store)"
 inst_start b2 DEDUPD_INSTANCE__ID="$T-b-replaced"; live+=(b2)
