@@ -30,6 +30,7 @@
 #include "store.h"
 
 #define DRAIN_CHECK_MS 50 /* how often a drain looks for retry waits */
+#define STOP_DRAIN_MS 2000 /* a stop's revoke, after shutdown.grace_ms */
 
 
 /* The partition ids of \p parts (librdkafka's list) for partitions.h. */
@@ -200,6 +201,10 @@ static bool hurried(const struct pipeline *pl)
 static void revoke_drain(struct pipeline *pl, const int32_t *ids, size_t n)
 {
     int64_t t0 = dd_now_ms(), deadline = t0 + pl->cfg->rebalance_grace_ms;
+    /* the revoke of a stop (rd_kafka_consumer_close): shutdown.grace_ms
+     * was the time to finish; what is left gets a short drain only */
+    if (!*pl->opts->run && deadline > t0 + STOP_DRAIN_MS)
+        deadline = t0 + STOP_DRAIN_MS;
     int64_t next_check = 0;
     size_t left = 0, first = 0;
     for (;;) {
