@@ -277,8 +277,8 @@ dd_err_t store_restore_apply(struct store *s,
         rocksdb_write_writebatch_wi(s->db, s->wopts_nosync, wb, &rerr);
         if (rerr) {
             store_index_write_failed(s);
-            err = store_rdb_fail(rerr, "rocksdb_write(ops)", "restore",
-                                 errstr, errstr_size);
+            err = store_write_fail(s, rerr, "rocksdb_write(ops)", "restore",
+                                   errstr, errstr_size);
         }
     }
     rocksdb_writebatch_wi_destroy(wb);
@@ -354,7 +354,7 @@ dd_err_t store_checkpoint_put(struct store *s, int32_t partition,
                        (const char *)v, sizeof(v), &rerr);
     }
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_put_cf(meta)", key, errstr,
-                              errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
+                                errstr_size);
     return DD_OK;
 }
