@@ -44,6 +44,7 @@
 #ifndef DEDUPD_API_H
 #define DEDUPD_API_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -119,8 +120,21 @@ int api_submit_parse(const char *scope, const struct job_conf *jconf,
 void api_ready_set(struct api *api, bool ready);
 
 /**
- * @brief Stop both listeners (no handler runs after it returns), flush the
- *        job API's producer (up to 5 s) and free.  api_destroy(NULL) is a
+ * @brief Watch \p hurry, the flag a second SIGTERM sets (borrowed: it must
+ *        outlive \p api; NULL: none): once it is set, a POST /v1/jobs
+ *        waiting for its produce's acknowledgement stops waiting (503, its
+ *        pending receipt aborted: the client retries) and api_destroy()
+ *        flushes the job API's producer for at most 300 ms.  No-op on NULL
+ *        \p api.
+ * @locality any thread (the pointer is atomic).
+ */
+void api_hurry_watch(struct api *api, const volatile sig_atomic_t *hurry);
+
+/**
+ * @brief Stop both listeners (no handler runs after it returns: a POST
+ *        waits up to 15 s for its acknowledgement, unless hurried), flush
+ *        the job API's producer (up to 5 s; 300 ms once the flag of
+ *        api_hurry_watch() is set) and free.  api_destroy(NULL) is a
  *        no-op.
  * @locality any thread but a listener's own.
  */

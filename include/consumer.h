@@ -17,9 +17,11 @@
  * On start-up unsent outbox entries are produced again (same event_key).
  * Per-partition state (done tracking, commit points, epochs, rebalance
  * decisions) lives in partitions.h; the job API and readiness in api.h.
- * The module is consumer.c (the pipeline) and consumer_out.c (its outgoing
+ * The module is consumer.c (the pipeline), consumer_out.c (its outgoing
  * side: messages kept until acknowledged, delivery reports, the producer's
- * reset), sharing the INTERNAL src/consumer_internal.h.
+ * reset), consumer_rebalance.c (the rebalance callback) and consumer_stop.c
+ * (the ways out: stop, hurried stop, failed store), sharing the INTERNAL
+ * src/consumer_internal.h.
  *
  * Handles: consumer_handles_open() opens what a run uses (store, results
  * producer, HTTP listeners, fetch engine, the jobs topic's Kafka consumer) and
@@ -127,15 +129,23 @@ void consumer_handles_close(struct consumer_handles *h);
  *        opts->exit_when_idle_ms (every assigned partition at its end, nothing
  *        in flight, nothing unacknowledged).  On stop: finish in-flight work
  *        within shutdown.grace_ms, flush, commit stored offsets, leave the
- *        group (rd_kafka_consumer_close).
+ *        group (rd_kafka_consumer_close).  Once *opts->hurry is set (a second
+ *        signal): leave within a second: at most 300 ms for what is in
+ *        flight, no fsync, commits not waited for, the group left without
+ *        the revoke's drain, the job API's waits cut short
+ *        (api_hurry_watch); returns DD_OK.  After a failed store write or
+ *        WAL fsync: no more claims or completions; the results already
+ *        stored are published (and their changelog records), what is done
+ *        is committed, and DD_ERR_IO names the cause and the ops abandoned.
  * @param h      Open handles (consumer_handles_open); h->fetch must be NULL
  *               exactly when opts->shadow.  Takes ownership of h->fetch, also
  *               on failure: it is destroyed (its thread calls into the run)
  *               and h->fetch set to NULL before the return.  h->producer may
  *               be replaced by a new producer after a fatal producer error.
  * @param stats  Out: counters of the run.
- * @returns DD_OK; DD_ERR_IO (outbox replay read, or a failed WAL fsync of
- *          the group commit: stopped, unacknowledged jobs are redelivered);
+ * @returns DD_OK; DD_ERR_IO (outbox replay read, or a failed store write or
+ *          WAL fsync: stopped, "store write failed, stopped: N ops
+ *          abandoned ...: <cause>", unacknowledged jobs are redelivered);
  *          DD_ERR_FATAL (a corrupt outbox key or record at the replay);
  *          DD_ERR_NOMEM.  None is retriable within the run.
  * @locality the pipeline thread: the caller's, for the whole run.

@@ -171,7 +171,13 @@ struct store_op {
 dd_err_t store_open(const struct store_conf *conf, struct store **out,
                     char *errstr, size_t errstr_size) DD_WUR;
 
-/** @brief Close; store_close(NULL) is a no-op. */
+/**
+ * @brief Close; store_close(NULL) is a no-op.  After a failed write
+ *        (store_write_failed) the RocksDB handle is not closed but left to
+ *        the process's exit (RocksDB 7.8's close would flush the WAL writer
+ *        that saw the error: an assertion, SIGABRT); the next open replays
+ *        its WAL.
+ */
 void store_close(struct store *store);
 
 /** @returns this run's lease owner string "<instance>#<run_id>" (borrowed). */
@@ -430,6 +436,19 @@ uint64_t store_durable(struct store *store);
  *        redelivered to the next run.  Any thread.
  */
 bool store_sync_failed(struct store *store);
+
+/**
+ * @brief Did a write of the store fail (disk full, I/O error)?  From the
+ *        first failed write on, the WAL is never fsync'd again (a second
+ *        fsync after a failed write proves nothing, and RocksDB 7.8 asserts
+ *        on it), store_sync_failed() is true too, and store_close() leaves
+ *        the RocksDB handle to the process's exit (RocksDB's close would
+ *        flush the failed WAL writer); the caller should stop: what it did
+ *        not acknowledge is redelivered to the next run.  Any thread.
+ * @param cause  Optional (may be NULL): the first failed write's error.
+ * @returns true after a failed write; false otherwise (also for NULL).
+ */
+bool store_write_failed(struct store *store, char *cause, size_t cause_size);
 
 /**
  * @brief Make every completion written so far durable now (one fsync on the

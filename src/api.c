@@ -2,6 +2,7 @@
 #include "api.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,38 @@ struct api {
     atomic_bool ready;     /* set by the pipeline, read by /readyz */
     int64_t receipt_pending_ms; /* a pending receipt's in-flight window */
     int64_t receipt_ttl_ms;     /* a receipt's life: the op's */
+    /* api_hurry_watch: the flag a second signal sets (NULL: none) */
+    _Atomic(const volatile sig_atomic_t *) hurry;
 };
+
+/* A POST waits API_ACK_WAIT_MS (above) for its acknowledgement, in slices
+ * of API_WAIT_SLICE_MS, so a hurried stop ends the wait at once;
+ * api_destroy flushes the producer for API_CLOSE_FLUSH_MS,
+ * API_HURRY_FLUSH_MS when hurried. */
+#define API_WAIT_SLICE_MS 50
+#define API_CLOSE_FLUSH_MS 5000
+#define API_HURRY_FLUSH_MS 300
+
+/* Has a second signal asked to leave now?  @locality any thread. */
+static bool api_hurried(struct api *a)
+{
+    const volatile sig_atomic_t *h = atomic_load(&a->hurry);
+    return h && *h;
+}
+
+/* Wait for every produced message's acknowledgement, up to
+ * API_ACK_WAIT_MS or a hurried stop.  @returns DD_OK when none is left,
+ * else DD_ERR_TIMEOUT.  @locality api listener thread. */
+static dd_err_t api_flush(struct api *a)
+{
+    int64_t end = dd_now_ms() + API_ACK_WAIT_MS;
+    for (;;) {
+        if (!producer_flush(a->prod, API_WAIT_SLICE_MS))
+            return DD_OK;
+        if (api_hurried(a) || dd_now_ms() >= end)
+            return DD_ERR_TIMEOUT;
+    }
+}
 
 /* The delivery report of one POST /v1/jobs, on its handler's stack. */
 struct api_delivery {
@@ -196,7 +228,7 @@ static int submit_produce(struct api *a, const struct job *job,
     if (producer_send(a->prod, a->topic, job->op_id,
                       strlen(job->op_id), payload, len, h, 2, &d, e,
                       sizeof(e)) ||
-        producer_flush(a->prod, API_ACK_WAIT_MS) || !d.done || d.err) {
+        api_flush(a) || !d.done || d.err) {
         /* nothing may outlive this request: its report points at d */
         producer_purge(a->prod);
         if (d.done || !e[0])
@@ -365,12 +397,20 @@ void api_ready_set(struct api *api, bool ready)
     atomic_store(&api->ready, ready);
 }
 
+void api_hurry_watch(struct api *api, const volatile sig_atomic_t *hurry)
+{
+    if (api)
+        atomic_store(&api->hurry, hurry);
+}
+
 void api_destroy(struct api *api)
 {
     if (!api)
         return;
     http_destroy(api->http);
-    if (api->prod && producer_flush(api->prod, 5000))
+    if (api->prod &&
+        producer_flush(api->prod, api_hurried(api) ? API_HURRY_FLUSH_MS
+                                                   : API_CLOSE_FLUSH_MS))
         log_msg(LOG_WARNING, "http", "api producer: messages unacknowledged at exit");
     producer_destroy(api->prod);
     free(api);

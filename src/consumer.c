@@ -1403,6 +1403,7 @@ static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
     pl->identity = changelog_identity_value(cfg);
     if (pl->fetch)
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
+    api_hurry_watch(pl->api, opts->hurry);
 }
 
 /* Poll up to POLL_BATCH messages (at most \p room: every message may be a
@@ -1436,19 +1437,6 @@ static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
         rd_kafka_message_destroy(batch[i]);
 }
 
-/* The first look at a stop request: no longer ready, finish what is in
- * flight within shutdown.grace_ms.  @returns the time to leave at. */
-static int64_t stop_begin(struct pipeline *pl)
-{
-    if (pl->api)
-        api_ready_set(pl->api, false);
-    metrics_gauge_set(METRICS_READY, 0);
-    log_msg(LOG_INFO, "consumer",
-            "stopping: finishing %zu ops in flight (grace %lld ms)", pl->n_ops,
-            (long long)pl->cfg->shutdown_grace_ms);
-    return dd_now_ms() + pl->cfg->shutdown_grace_ms;
-}
-
 /* `run --exit-when-idle MS`: every assigned partition at its end, nothing
  * in flight or unacknowledged, for MS. */
 static bool idle_exit(struct pipeline *pl)
@@ -1463,33 +1451,32 @@ static bool idle_exit(struct pipeline *pl)
 }
 
 /* The loop: until stopped (and drained, or the grace is over, or hurried),
- * idle, or the store's WAL fsync failed (DD_ERR_IO). */
+ * idle, or a store write or its WAL fsync failed (DD_ERR_IO, after
+ * consumer_stop_store_failed). */
 static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
 {
     const struct consumer_opts *opts = pl->opts;
     struct producer **prod = &pl->h->producer;
     int64_t stop_at = 0;
     pl->last_activity_ms = dd_now_ms();
+    char cause[DD_ERRSTR_SIZE];
     for (;;) {
         bool stopping = !*opts->run;
+        if (consumer_stop_store_broken(pl, cause, sizeof(cause)))
+            return consumer_stop_store_failed(pl, cause, errstr, errstr_size);
         if (stopping && !stop_at)
-            stop_at = stop_begin(pl);
-        if (stopping && (idle(pl) || dd_now_ms() >= stop_at ||
-                         (opts->hurry && *opts->hurry)))
+            stop_at = consumer_stop_begin(pl);
+        if (stopping && opts->hurry && *opts->hurry) {
+            consumer_stop_hurry(pl);
+            return DD_OK;
+        }
+        if (stopping && (idle(pl) || dd_now_ms() >= stop_at))
             return DD_OK;
         /* Completions first: they free capacity. */
         if (pl->fetch)
             consumer_drain_fetched(pl, 0);
         producer_poll(*prod, 0);
         consumer_out_producer_check(pl);
-        if (store_sync_failed(pl->store)) {
-            /* Nothing written from here on can be made durable: stop, and
-             * let the next run take over what was not acknowledged. */
-            dd_errstr_set(errstr, errstr_size,
-                          "the store's WAL fsync failed (see the log): "
-                          "stopping; unacknowledged jobs are redelivered");
-            return DD_ERR_IO;
-        }
         if (pl->fatal) {
             dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
             return pl->fatal;
@@ -1512,28 +1499,6 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
         if (!stopping && idle_exit(pl))
             return DD_OK;
     }
-}
-
-/* Leave cleanly: flush results, make the last completions durable (unless
- * the run failed), store and commit their offsets. */
-static void run_leave(struct pipeline *pl, dd_err_t err)
-{
-    struct producer *prod = pl->h->producer;
-    if (producer_flush(prod, 10000))
-        log_msg(LOG_WARNING, "producer",
-                "%d messages unacknowledged at exit; their outbox entries are "
-                "replayed at the next start", producer_outq_len(prod));
-    producer_poll(prod, 0);
-    /* The results acknowledged last wait for their fsync: make it now, so
-     * their offsets are committed with the others. */
-    if (!err) {
-        char se[DD_ERRSTR_SIZE];
-        if (store_sync_now(pl->store, se, sizeof(se)))
-            log_msg(LOG_ERR, "store", "%s", se);
-        consumer_release_durable(pl);
-    }
-    consumer_flush_offsets(pl);
-    rd_kafka_commit(pl->rk, NULL, 0);
 }
 
 /* Leave the group, stop the fetch engine (its thread calls into the run),
@@ -1610,7 +1575,7 @@ dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
             "running: instance %s run %s, group %s, topic %s",
             cfg->instance_id, h->run_id, cfg->group_id, cfg->topic_jobs);
     err = run_loop(pl, errstr, errstr_size);
-    run_leave(pl, err);
+    consumer_stop_leave(pl, err);
 out:
     pipeline_fini(pl);
     return err;

@@ -1,5 +1,6 @@
 /*
- * INTERNAL to the consumer module (consumer.c, consumer_out.c): the
+ * INTERNAL to the consumer module (consumer.c, consumer_out.c,
+ * consumer_rebalance.c, consumer_stop.c): the
  * pipeline's state, shared by the pipeline proper (poll, claim, hand-off,
  * completion, run) and its outgoing side (results, dead letters, conflict
  * reports and outbox replays kept until acknowledged; delivery reports; the
@@ -161,6 +162,8 @@ struct pipeline {
     char *identity;                      /* the identity record's value */
     struct changelog_restorer *restorer;
     bool restored_once;   /* the start-up restore is done (readiness) */
+    bool leave_now;       /* hurried, or the store failed: no drain at the
+                             revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
     char fatal_msg[DD_ERRSTR_SIZE];
 };
@@ -215,6 +218,39 @@ void consumer_op_free(struct opctx *o);
 void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                            rd_kafka_topic_partition_list_t *parts,
                            void *opaque);
+
+/* ---- consumer_stop.c ----------------------------------------------------- */
+
+/* The first look at a stop request: no longer ready, finish what is in
+ * flight within shutdown.grace_ms.  @returns the time to leave at. */
+int64_t consumer_stop_begin(struct pipeline *pl);
+
+/* Leave now (a second signal, or a failed store): the revoke at the close
+ * does not drain, commits are not waited for. */
+bool consumer_stop_hurried(const struct pipeline *pl);
+
+/* A second signal: mark the run hurried (pl->leave_now) and log what is
+ * left behind (ops in flight keep their lease, unacknowledged results stay
+ * in the outbox). */
+void consumer_stop_hurry(struct pipeline *pl);
+
+/* Did a store write or the WAL fsync fail?  Then \p cause (may be NULL) is
+ * the first failed write's error. */
+bool consumer_stop_store_broken(struct pipeline *pl, char *cause,
+                           size_t cause_size);
+
+/* The store failed (\p cause): stop claiming and taking fetches back, wait
+ * (at most min(shutdown.grace_ms, 10 s)) for the acknowledgements of the
+ * results already stored and their changelog records, store the offsets of
+ * what is done.  @returns DD_ERR_IO, \p errstr naming the cause and the ops
+ * abandoned. */
+dd_err_t consumer_stop_store_failed(struct pipeline *pl, const char *cause,
+                                    char *errstr, size_t errstr_size);
+
+/* Leave: flush the results producer (10 s; 300 ms when hurried), make the
+ * last completions durable (unless the run failed or is hurried), store the
+ * offsets and commit them (asynchronously when hurried). */
+void consumer_stop_leave(struct pipeline *pl, dd_err_t err);
 
 /* ---- consumer_out.c ------------------------------------------------------- */
 

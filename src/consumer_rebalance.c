@@ -193,7 +193,7 @@ static void revoke_turn(struct pipeline *pl, int wait_ms)
 
 static bool hurried(const struct pipeline *pl)
 {
-    return pl->opts->hurry && *pl->opts->hurry;
+    return consumer_stop_hurried(pl);
 }
 
 /* Drain the revoked partitions \p ids within rebalance.grace_ms (see the
@@ -253,8 +253,8 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
         partitions_revoke(pl->parts, ids, n, &plan);
     if (plan.n_store)
         consumer_offsets_store(pl, plan.store, plan.n_store);
-    if (plan.commit)
-        rd_kafka_commit(rk, NULL, 0);
+    if (plan.commit) /* hurried: not waited for (the close commits too) */
+        rd_kafka_commit(rk, NULL, hurried(pl) ? 1 : 0);
     if (lost)
         log_msg(LOG_WARNING, "consumer",
                 "assignment lost: %d partitions given up without draining or "

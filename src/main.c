@@ -4,6 +4,9 @@
  *   2  usage or configuration error
  *   3  submit/key: some input was not a valid job (submit sent none of it)
  *   4  inspect: the op is not in the store
+ *   128 + N  run: left at once on a second signal N (143 for SIGTERM, 130
+ *      for SIGINT): nothing lost (offsets only moved on acknowledgements;
+ *      the next run replays the outbox and takes the leases over)
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,15 +38,17 @@ extern char **environ;
 #define EXIT_INVALID_INPUT 3
 #define EXIT_NOT_FOUND 4
 
-static volatile sig_atomic_t run = 1, hurry = 0;
+static volatile sig_atomic_t run = 1, hurry = 0, hurry_sig = 0;
 
-/* First SIGTERM/SIGINT: drain within shutdown.grace_ms; second: leave now.
+/* First SIGTERM/SIGINT: drain within shutdown.grace_ms; second: leave now
+ * (within a second; `run` then exits 128 + the second signal's number).
  * @locality a signal handler on any thread: only sets the sig_atomic_t flags. */
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (!run)
+    if (!run) {
+        hurry_sig = sig;
         hurry = 1;
+    }
     run = 0;
 }
 
@@ -173,7 +178,9 @@ static int cmd_run(int argc, char **argv)
     if (stats_json)
         consumer_stats_print(&st, stdout);
     cfg_destroy(cfg);
-    return err == DD_OK ? 0 : (err == DD_ERR_INVAL ? EXIT_USAGE : EXIT_RUNTIME);
+    if (err)
+        return err == DD_ERR_INVAL ? EXIT_USAGE : EXIT_RUNTIME;
+    return hurry ? 128 + hurry_sig : 0;
 }
 
 /* ---- submit -------------------------------------------------------------- */

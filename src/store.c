@@ -147,8 +147,8 @@ dd_err_t store_op_write(struct store *s, const char *op_id,
                    strlen(op_id), (const char *)buf, len, &rerr);
     if (rerr) {
         store_index_write_failed(s);
-        return store_rdb_fail(rerr, "rocksdb_put_cf(ops)", op_id, errstr,
-                              errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_put_cf(ops)", op_id, errstr,
+                                errstr_size);
     }
     return DD_OK;
 }
@@ -178,8 +178,8 @@ static dd_err_t seq_alloc(struct store *s, uint64_t *seq, char *errstr,
                        &rerr);
         if (rerr) {
             /* n is burnt: a gap in seqs is harmless */
-            err = store_rdb_fail(rerr, "rocksdb_put_cf(meta)", META_SEQ_KEY,
-                                 errstr, errstr_size);
+            err = store_write_fail(s, rerr, "rocksdb_put_cf(meta)",
+                                   META_SEQ_KEY, errstr, errstr_size);
             goto out;
         }
         /* reservations only grow: a concurrent one may have reached higher */
@@ -490,8 +490,8 @@ static dd_err_t op_transition(struct store *s, const char *fn,
         rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
         if (rerr) {
             store_index_write_failed(s);
-            err = store_rdb_fail(rerr, "rocksdb_write(ops)", op_id, errstr,
-                                 errstr_size);
+            err = store_write_fail(s, rerr, "rocksdb_write(ops)", op_id, errstr,
+                                   errstr_size);
         } else
             store_index_put(s->idx, &k, &op, now_ms, STORE_INDEX_UPSERT);
     }
@@ -732,8 +732,8 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     char *rerr = NULL;
     rocksdb_write(s->db, s->wopts, batch, &rerr);
     if (rerr) {
-        err = store_rdb_fail(rerr, "rocksdb_write(ops+outbox)", op_id,
-                             errstr, errstr_size);
+        err = store_write_fail(s, rerr, "rocksdb_write(ops+outbox)", op_id,
+                               errstr, errstr_size);
         store_index_write_failed(s);
         goto out;
     }
@@ -867,8 +867,9 @@ static dd_err_t complete_batch_write(struct store *s,
                   &rerr);
     if (rerr) {
         char text[DD_ERRSTR_SIZE];
-        dd_err_t err = store_rdb_fail(rerr, "rocksdb_write(complete batch)",
-                                      "batch", text, sizeof(text));
+        dd_err_t err =
+            store_write_fail(s, rerr, "rocksdb_write(complete batch)",
+                             "batch", text, sizeof(text));
         store_index_write_failed(s);
         dd_errstr_set(errstr, errstr_size, "%s", text);
         for (size_t i = 0; i < n; i++)
@@ -1012,8 +1013,8 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     }
     rocksdb_write(s->db, s->wopts_nosync, batch, &rerr);
     if (rerr) {
-        err = store_rdb_fail(rerr, "rocksdb_write(outbox ack)", op_id,
-                             errstr, errstr_size);
+        err = store_write_fail(s, rerr, "rocksdb_write(outbox ack)", op_id,
+                               errstr, errstr_size);
         store_index_write_failed(s);
         goto out;
     }
@@ -1415,9 +1416,9 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
     rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr) {
-        err = store_rdb_fail(rerr, "rocksdb_write(ops batch)",
-                             cb->reqs[cb->u[0].first].op_id, cb->errstr,
-                             cb->errstr_size);
+        err = store_write_fail(s, rerr, "rocksdb_write(ops batch)",
+                               cb->reqs[cb->u[0].first].op_id, cb->errstr,
+                               cb->errstr_size);
         store_index_write_failed(s);
         for (size_t i = 0; i < cb->n; i++)
             if (!cb->reqs[i].err)
@@ -1565,8 +1566,8 @@ dd_err_t store_attempts_put(struct store *s, const char *op_id,
     rocksdb_write(s->db, s->wopts, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_write(attempts)", op_id,
-                              errstr, errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_write(attempts)", op_id,
+                                errstr, errstr_size);
     return DD_OK;
 }
 
@@ -1664,8 +1665,8 @@ dd_err_t store_forget(struct store *s, const char *op_id, bool *found,
     rocksdb_delete_cf(s->db, s->wopts, s->cf[CF_OPS], op_id, strlen(op_id),
                       &rerr);
     if (rerr) {
-        err = store_rdb_fail(rerr, "rocksdb_delete_cf(ops)", op_id, errstr,
-                             errstr_size);
+        err = store_write_fail(s, rerr, "rocksdb_delete_cf(ops)", op_id, errstr,
+                               errstr_size);
         store_index_write_failed(s);
         goto out;
     }

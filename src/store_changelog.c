@@ -361,8 +361,8 @@ static dd_err_t restore_write(struct store *s, const struct rslots *t,
         rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
         if (rerr) {
             store_index_write_failed(s);
-            err = store_rdb_fail(rerr, "rocksdb_write(ops)", "restore",
-                                 errstr, errstr_size);
+            err = store_write_fail(s, rerr, "rocksdb_write(ops)", "restore",
+                                   errstr, errstr_size);
         }
     }
     rocksdb_writebatch_destroy(wb);
@@ -481,7 +481,7 @@ dd_err_t store_checkpoint_put(struct store *s, int32_t partition,
                        (const char *)v, sizeof(v), &rerr);
     }
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_put_cf(meta)", key, errstr,
-                              errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
+                                errstr_size);
     return DD_OK;
 }

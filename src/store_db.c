@@ -22,6 +22,9 @@
 #define STORE_DEF_VALIDATORS_TTL_MS (7LL * 24 * 3600 * 1000)
 #define STORE_DEF_MAX_BODY_BYTES ((size_t)8 << 20)
 #define STORE_WRITE_BUFFER_BYTES ((size_t)32 << 20)
+/* rocksdb::InfoLogLevel's NUM_INFO_LOG_LEVELS: above HEADER_LEVEL (5), so
+ * not even the header lines are written */
+#define STORE_ROCKSDB_NO_INFO_LOG 6
 
 const char *const store_cf_names[CF_N] = {
     "default", "ops", "outbox", "conflicts", "seen", "meta", "attempts",
@@ -35,6 +38,33 @@ dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
     dd_errstr_set(errstr, errstr_size, "%s(%.200s): %s", call, what, rerr);
     rocksdb_free(rerr);
     return DD_ERR_IO;
+}
+
+dd_err_t store_write_fail(struct store *s, char *rerr, const char *call,
+                          const char *what, char *errstr, size_t errstr_size)
+{
+    char e[DD_ERRSTR_SIZE];
+    dd_err_t err = store_rdb_fail(rerr, call, what, e, sizeof(e));
+    dd_errstr_set(errstr, errstr_size, "%s", e);
+    if (!atomic_exchange(&s->write_cause_taken, true)) {
+        snprintf(s->write_cause, sizeof(s->write_cause), "%s", e);
+        log_msg(LOG_CRIT, "STORE", "a write to %s failed: %s; the store takes "
+                "no more writes that count (its WAL is never fsync'd again)",
+                s->path, e);
+        /* no fsync after a failed write: RocksDB's WAL writer saw the
+         * error, and flushing it again trips its assertion */
+        atomic_store(&s->sync_failed, true);
+        atomic_store(&s->write_failed, true);
+    }
+    return err;
+}
+
+bool store_write_failed(struct store *s, char *cause, size_t cause_size)
+{
+    if (!s || !atomic_load(&s->write_failed))
+        return false;
+    dd_errstr_set(cause, cause_size, "%s", s->write_cause);
+    return true;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -201,6 +231,13 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_options_set_level_compaction_dynamic_level_bytes(s->opts, 1);
     rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
     rocksdb_options_set_keep_log_file_num(s->opts, 5);
+    /* No info LOG lines at all (level above HEADER): RocksDB 7.8 writes its
+     * LOG file through a WritableFileWriter that asserts
+     * (sync_without_flush_called_, SIGABRT) on the append after a failed
+     * one, so on a full disk any two lines ended the process (at the open,
+     * or at a failed write's error report).  Every RocksDB error reaches
+     * dedupd's own log through the calls' status text. */
+    rocksdb_options_set_info_log_level(s->opts, STORE_ROCKSDB_NO_INFO_LOG);
 
     s->filter = rocksdb_compactionfilter_create(s, ttl_filter_destroy,
                                                 ttl_filter, ttl_filter_name);
@@ -373,8 +410,8 @@ static dd_err_t check_layout(struct store *s, char *errstr,
         rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], key, sizeof(key) - 1,
                        (const char *)v, sizeof(v), &rerr);
         if (rerr)
-            return store_rdb_fail(rerr, "rocksdb_put_cf(meta)", key, errstr,
-                                  errstr_size);
+            return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key,
+                                    errstr, errstr_size);
         return DD_OK;
     }
     uint32_t ver = 0;
@@ -755,6 +792,10 @@ static void close_db(struct store *s)
         rocksdb_writeoptions_destroy(s->wopts_nosync);
 }
 
+/* Stores left open after a failed write (store_close). */
+static pthread_mutex_t left_open_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct store *left_open;
+
 void store_close(struct store *s)
 {
     if (!s)
@@ -767,6 +808,19 @@ void store_close(struct store *s)
         pthread_cond_signal(&s->sync_cv);
         pthread_mutex_unlock(&s->sync_mu);
         pthread_join(s->sync_thread, NULL);
+    }
+    if (atomic_load(&s->write_failed)) {
+        /* RocksDB 7.8's close flushes the WAL writer that saw the failed
+         * write: an assertion (sync_without_flush_called_), SIGABRT.  The
+         * store is left to the process's exit (the WAL replays at the next
+         * open), reachable from left_open (no leak for LeakSanitizer). */
+        log_msg(LOG_WARNING, "STORE", "%s: not closed after a failed write "
+                "(the process's exit releases it)", s->path);
+        pthread_mutex_lock(&left_open_mu);
+        s->left_next = left_open;
+        left_open = s;
+        pthread_mutex_unlock(&left_open_mu);
+        return;
     }
     close_db(s);
     for (int i = 0; i < s->stripes_init; i++)

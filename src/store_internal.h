@@ -87,6 +87,14 @@ struct store {
     _Atomic uint64_t ticket_durable;     /* last ticket fsync'd */
     _Atomic bool sync_failed;            /* an fsync failed: no ticket after
                                             it will ever be durable */
+    /* a write failed (store_write_fail): the WAL is never fsync'd again
+     * (sync_failed is set too) and rocksdb_close is skipped (RocksDB 7.8
+     * flushes the failed WAL writer there: an assertion, SIGABRT) */
+    _Atomic bool write_failed;
+    _Atomic bool write_cause_taken;      /* write_cause is being set */
+    char write_cause[DD_ERRSTR_SIZE];    /* the first failed write's error,
+                                            readable once write_failed */
+    struct store *left_next;             /* left open (store_close) */
     rocksdb_column_family_handle_t *cf[CF_N];
     rocksdb_column_family_handle_t **extra_cf; /* CFs of a newer layout */
     size_t extra_cf_n;
@@ -155,6 +163,13 @@ static inline pthread_mutex_t *store_op_stripe(struct store *s,
  * (store_db.c) */
 dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
                         char *errstr, size_t errstr_size);
+
+/* A write (put, delete, WriteBatch) failed: as store_rdb_fail, and the
+ * store remembers it (store_write_failed): the first cause is kept, the WAL
+ * is never fsync'd again.  @returns DD_ERR_IO.  @locality any thread.
+ * (store_db.c) */
+dd_err_t store_write_fail(struct store *s, char *rerr, const char *call,
+                          const char *what, char *errstr, size_t errstr_size);
 
 /* DD_ERR_INVAL unless op_id is 1..STORE_KEY_MAX bytes ("fn: op_id of N
  * bytes (must be 1..512)").  @locality any thread.  (store.c) */

@@ -69,8 +69,8 @@ static dd_err_t mark_once(struct store *s, int cf, enum store_codec_kind kind,
     rocksdb_put_cf(s->db, s->wopts, s->cf[cf], key, key_len,
                    (const char *)buf, len, &rerr);
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_put_cf", store_cf_names[cf],
-                              errstr, errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_put_cf", store_cf_names[cf],
+                                errstr, errstr_size);
     *present = false;
     return DD_OK;
 }
@@ -269,8 +269,8 @@ dd_err_t store_receipt_begin(struct store *s, const char *key,
     rocksdb_put_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen,
                    (const char *)buf, len, &rerr);
     if (rerr)
-        err = store_rdb_fail(rerr, "rocksdb_put_cf", "receipts", errstr,
-                             errstr_size);
+        err = store_write_fail(s, rerr, "rocksdb_put_cf", "receipts", errstr,
+                               errstr_size);
     else
         *state = STORE_RECEIPT_NEW;
 out:
@@ -306,8 +306,8 @@ dd_err_t store_receipt_done(struct store *s, const char *key,
     pthread_mutex_unlock(mu);
     free(buf);
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_put_cf", "receipts", errstr,
-                              errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_put_cf", "receipts", errstr,
+                                errstr_size);
     return DD_OK;
 }
 
@@ -322,7 +322,7 @@ dd_err_t store_receipt_abort(struct store *s, const char *key, char *errstr,
     rocksdb_delete_cf(s->db, s->wopts, s->cf[CF_RECEIPTS], key, klen, &rerr);
     pthread_mutex_unlock(mu);
     if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_delete_cf", "receipts", errstr,
-                              errstr_size);
+        return store_write_fail(s, rerr, "rocksdb_delete_cf", "receipts",
+                                errstr, errstr_size);
     return DD_OK;
 }

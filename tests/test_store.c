@@ -1743,6 +1743,7 @@ START_TEST(test_store_group_commit_tickets_become_durable)
     ck_assert_int_eq(store_sync_now(g_st, g_err, sizeof(g_err)), DD_OK);
     ck_assert_uint_ge(store_durable(g_st), last + 1);
     ck_assert(!store_sync_failed(g_st));
+    ck_assert(!store_write_failed(g_st, NULL, 0));
     reopen_as("a", "r3");
     ck_assert(get("gc-last", T0 + 3, &op));
     ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
