@@ -27,6 +27,7 @@
 
 #define SFMAP_BUCKETS 4096
 #define POLL_BATCH 1024 /* messages claimed together (one store batch) */
+#define PAUSE_AFTER_MS 1000 /* at capacity this long: pause and poll on */
 #define OFFSETS_CHUNK 256 /* partitions per rd_kafka_offsets_store call */
 
 
@@ -1486,13 +1487,30 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
         renew_leases(pl);
         update_gauges(pl);
         size_t max = (size_t)pl->cfg->fetch_max_inflight;
-        if (!stopping && pl->n_ops < max)
+        if (!stopping && pl->n_ops < max) {
+            pl->at_capacity_ms = 0;
+            consumer_backpressure(pl, false);
             poll_batch(pl, max - pl->n_ops,
                        pl->n_ops || pl->pending_out ? 2 : 100);
-        else if (pl->fetch)
-            consumer_drain_fetched(pl, 5);
-        else
-            producer_poll(*prod, 5);
+        } else {
+            int64_t now = dd_now_ms();
+            if (!stopping && !pl->at_capacity_ms)
+                pl->at_capacity_ms = now;
+            if (!stopping && now - pl->at_capacity_ms >= PAUSE_AFTER_MS) {
+                /* at capacity for long (slow fetches, or results a broker
+                 * outage keeps unacknowledged): the partitions are paused
+                 * and the poll goes on, which keeps the member in its
+                 * group; what was fetched before the pause is taken in.
+                 * Short spells pass without it: every pause drops the
+                 * prefetched messages and its resume fetches them again */
+                consumer_backpressure(pl, true);
+                poll_batch(pl, POLL_BATCH, 0);
+            }
+            if (pl->fetch)
+                consumer_drain_fetched(pl, 5);
+            else
+                producer_poll(*prod, 5);
+        }
         consumer_shadow_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);

@@ -162,6 +162,10 @@ struct pipeline {
     char *identity;                      /* the identity record's value */
     struct changelog_restorer *restorer;
     bool restored_once;   /* the start-up restore is done (readiness) */
+    bool paused;          /* backpressure: the assigned partitions are
+                             paused (consumer_backpressure) */
+    int64_t paused_at_ms;
+    int64_t at_capacity_ms; /* since when the pipeline is at capacity, 0 */
     bool leave_now;       /* hurried, or the store failed: no drain at the
                              revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
@@ -251,6 +255,13 @@ dd_err_t consumer_stop_store_failed(struct pipeline *pl, const char *cause,
  * last completions durable (unless the run failed or is hurried), store the
  * offsets and commit them (asynchronously when hurried). */
 void consumer_stop_leave(struct pipeline *pl, dd_err_t err);
+
+/* Backpressure (DESIGN.md section 9): \p on pauses every assigned partition
+ * (rd_kafka_pause_partitions) so the pipeline can go on polling without
+ * taking new work; off resumes exactly what it paused.  A revoke resumes
+ * the partitions it takes and clears the state (librdkafka 2.0.2 would keep
+ * the pause across unassign and assign).  Logs each change. */
+void consumer_backpressure(struct pipeline *pl, bool on);
 
 /* ---- consumer_out.c ------------------------------------------------------- */
 

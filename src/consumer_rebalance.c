@@ -51,6 +51,41 @@ static bool in_set(const int32_t *ids, size_t n, int32_t p)
     return false;
 }
 
+/* ---- backpressure ---------------------------------------------------------- */
+
+/* Pause (\p pause) or resume the current assignment. */
+static void pause_assignment(struct pipeline *pl, bool pause)
+{
+    rd_kafka_topic_partition_list_t *a = NULL;
+    if (rd_kafka_assignment(pl->rk, &a) || !a)
+        return;
+    rd_kafka_resp_err_t e = pause ? rd_kafka_pause_partitions(pl->rk, a)
+                                  : rd_kafka_resume_partitions(pl->rk, a);
+    if (e)
+        log_msg(LOG_WARNING, "consumer", "%s %d partitions: %s",
+                pause ? "pausing" : "resuming", a->cnt, rd_kafka_err2str(e));
+    rd_kafka_topic_partition_list_destroy(a);
+}
+
+void consumer_backpressure(struct pipeline *pl, bool on)
+{
+    if (on == pl->paused)
+        return;
+    pl->paused = on;
+    pause_assignment(pl, on);
+    if (on) {
+        pl->paused_at_ms = dd_now_ms();
+        log_msg(LOG_NOTICE, "consumer",
+                "backpressure: %zu ops in flight or unacknowledged (%zu "
+                "messages unacknowledged): partitions paused, polling goes on",
+                pl->n_ops, pl->pending_out);
+    } else {
+        log_msg(LOG_NOTICE, "consumer",
+                "backpressure over after %lld ms: partitions resumed",
+                (long long)(dd_now_ms() - pl->paused_at_ms));
+    }
+}
+
 /* ---- assign ---------------------------------------------------------------- */
 
 /* Restore \p ids from the changelog; then the identity record to each (the
@@ -261,6 +296,14 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
                 "committing (another member owns them now)", parts->cnt);
     else
         log_msg(LOG_INFO, "consumer", "revoked %d partitions", parts->cnt);
+    if (pl->paused) {
+        /* leave no application pause behind: librdkafka 2.0.2 keeps it
+         * across unassign and assign; the run loop pauses again if it is
+         * still at capacity */
+        rd_kafka_resume_partitions(rk, parts);
+        pl->paused = false;
+        pl->at_capacity_ms = 0;
+    }
     rd_kafka_assign(rk, NULL);
     metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, 0);
     partitions_plan_fini(&plan);
