@@ -31,8 +31,14 @@
 #                          several instances whose timing under ASan outgrows
 #                          the pass's budget; helm_chart, helm itself;
 #                          smoke_kafka4, a JVM broker of its own, ~20 s, and
-#                          the same dedupd paths as it_flow); empty runs every
-#                          entry
+#                          the same dedupd paths as it_flow; the timing tests
+#                          it_timed, it_host_limits, it_conditional_lastmod,
+#                          it_single_flight_deadline, it_deadline_throttle,
+#                          it_last_modified and it_retryable, ~140 s under
+#                          ASan, whose code paths run under ASan in
+#                          it_conditional, it_single_flight, it_retry_after
+#                          and it_fetch_categories: the suite's 25-minute
+#                          budget on 2 cores); empty runs every entry
 #   DEDUPD_KEEP_STACK=1    leave the stack running afterwards (default: stop it
 #                          if this script started it)
 set -euo pipefail
@@ -192,7 +198,7 @@ if want asan; then
     n_fail=$((n_fail + 1))
     record asan $(( $(date +%s) - t )) "FAILED (build)"
   else
-    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|it_scaleout|it_join|it_restore|it_misrouted|it_identity|helm_chart|smoke_kafka4)\$}
+    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|it_scaleout|it_join|it_restore|it_misrouted|it_identity|helm_chart|smoke_kafka4|it_timed|it_host_limits|it_conditional_lastmod|it_single_flight_deadline|it_deadline_throttle|it_last_modified|it_retryable)\$}
     echo "==> asan: unit and integration tests (build-asan/dedupd)${asan_exclude:+, all but /$asan_exclude/}"
     # A report aborts the process (SIGABRT: exit 134, never one of dedupd's own
     # codes) and goes to a file <dir>/san.PID instead of stderr: a report from a
