@@ -53,6 +53,7 @@
 #include "config.h"
 #include "dd.h"
 #include "log.h"
+#include "consumer.h"
 #include "store.h"
 
 extern char **environ;
@@ -91,20 +92,8 @@ static struct store *open_store(const struct cfg *cfg, const char *dir,
 {
     snprintf(run_id, run_id_size, "%llx%04x", (unsigned long long)dd_now_ms(),
              (unsigned)getpid() & 0xffff);
-    struct store_conf sc = {
-        .path = dir,
-        .instance = cfg->instance_id,
-        .run_id = run_id,
-        .ops_ttl_ms = cfg->store_ops_ttl_ms,
-        .failed_ttl_ms = cfg->store_failed_ttl_ms,
-        .lease_ms = cfg->store_lease_ms,
-        .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
-        .sync = cfg->store_sync,
-        .group_commit = true,
-        .index_max_bytes = (size_t)cfg->store_index_max_bytes,
-        .validators_ttl_ms = cfg->store_validators_ttl_ms,
-        .max_body_bytes = (size_t)cfg->store_max_body_bytes,
-    };
+    struct store_conf sc;
+    consumer_store_conf(cfg, dir, run_id, &sc);
     struct store *st = NULL;
     char e[1024];
     if (store_open(&sc, &st, e, sizeof(e)))

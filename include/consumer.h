@@ -91,6 +91,17 @@ struct consumer_handles {
     struct changelog_restorer *restorer; /**< its restore consumer */
 };
 
+struct store_conf;
+
+/**
+ * @brief The store settings `dedupd run` opens its store with (group commit
+ *        on), for the store at \p path under run id \p run_id (both
+ *        borrowed: they must outlive \p sc's use).
+ * @locality any thread.
+ */
+void consumer_store_conf(const struct cfg *cfg, const char *path,
+                         const char *run_id, struct store_conf *sc);
+
 /**
  * @brief Open everything a run uses, in this order: the store (its owner
  *        names a fresh run id), the results producer, the HTTP listeners

@@ -1677,17 +1677,13 @@ static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
     return DD_OK;
 }
 
-dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
-                               struct consumer_handles *h, char *errstr,
-                               size_t errstr_size)
+void consumer_store_conf(const struct cfg *cfg, const char *path,
+                         const char *run_id, struct store_conf *sc)
 {
-    memset(h, 0, sizeof(*h));
-    snprintf(h->run_id, sizeof(h->run_id), "%llx%04x",
-             (unsigned long long)dd_now_ms(), (unsigned)getpid() & 0xffff);
-    struct store_conf sc = {
-        .path = cfg->store_path,
+    *sc = (struct store_conf){
+        .path = path,
         .instance = cfg->instance_id,
-        .run_id = h->run_id,
+        .run_id = run_id,
         .ops_ttl_ms = cfg->store_ops_ttl_ms,
         .failed_ttl_ms = cfg->store_failed_ttl_ms,
         .lease_ms = cfg->store_lease_ms,
@@ -1700,6 +1696,17 @@ dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
         .validators_ttl_ms = cfg->store_validators_ttl_ms,
         .max_body_bytes = (size_t)cfg->store_max_body_bytes,
     };
+}
+
+dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
+                               struct consumer_handles *h, char *errstr,
+                               size_t errstr_size)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->run_id, sizeof(h->run_id), "%llx%04x",
+             (unsigned long long)dd_now_ms(), (unsigned)getpid() & 0xffff);
+    struct store_conf sc;
+    consumer_store_conf(cfg, cfg->store_path, h->run_id, &sc);
     struct job_conf jc;
     job_conf_of(cfg, &jc);
     dd_err_t err = store_open(&sc, &h->store, errstr, errstr_size);

@@ -37,12 +37,7 @@ mark=$(log_mark)
 "$DEDUPD" run -c "$CFG" 2>"$WORK/run1.log" &
 pid=$!
 port=$(admin_port "$WORK/run1.log")
-inflight=0
-for _ in $(seq 100); do
-  inflight=$({ curl -s --max-time 1 "http://127.0.0.1:$port/metrics" || true; } | metric dedupd_ops_inflight)
-  [[ $inflight =~ ^[0-9]+$ ]] && (( inflight >= 16 )) && break
-  sleep 0.1
-done
+inflight=$(wait_inflight "$port" 16)
 [[ $inflight =~ ^[0-9]+$ ]] && (( inflight >= 16 )) || nothing_tested "only '$inflight' ops in flight"
 sleep 2.5
 done0=$(topic_dump "$T.results" | jq -r .key | sort -u | wc -l)

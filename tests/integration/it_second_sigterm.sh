@@ -33,12 +33,7 @@ mark=$(log_mark)
 "$DEDUPD" run -c "$CFG" 2>"$WORK/run1.log" &
 pid=$!
 port=$(admin_port "$WORK/run1.log")
-inflight=0
-for _ in $(seq 100); do
-  inflight=$({ curl -s --max-time 1 "http://127.0.0.1:$port/metrics" || true; } | metric dedupd_ops_inflight)
-  [[ $inflight =~ ^[0-9]+$ ]] && (( inflight >= 32 )) && break
-  sleep 0.1
-done
+inflight=$(wait_inflight "$port" 32)
 [[ $inflight =~ ^[0-9]+$ ]] && (( inflight >= 32 )) || nothing_tested "only '$inflight' ops in flight before the SIGTERM"
 ok "$inflight ops in flight at the first SIGTERM"
 api=$(sed -nE 's/.*api listener on port ([0-9]+).*/\1/p' "$WORK/run1.log" | head -n 1)

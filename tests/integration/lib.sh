@@ -359,3 +359,16 @@ slow_pages() {
   awk -v n="$1" -v t="$T" -v o="${OFFSET:-0}" '{p[NR] = $0}
     END {for (i = o; i < o + n; i++) print p[i % NR + 1] "?t=" t "&n=" i}' "$WORK/slow.pages"
 }
+
+# wait_inflight PORT N [TENTHS]: wait (up to TENTHS x 0.1 s, default 100) until
+# the run on admin port PORT has at least N ops in flight
+# (dedupd_ops_inflight, refreshed once a second); prints the last reading.
+wait_inflight() {
+  local v=0
+  for _ in $(seq "${3:-100}"); do
+    v=$({ curl -s --max-time 1 "http://127.0.0.1:$1/metrics" || true; } | metric dedupd_ops_inflight)
+    [[ $v =~ ^[0-9]+$ ]] && (( v >= $2 )) && break
+    sleep 0.1
+  done
+  echo "$v"
+}
