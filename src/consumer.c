@@ -1506,6 +1506,8 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
                 consumer_backpressure(pl, true);
                 poll_batch(pl, POLL_BATCH, 0);
             }
+            if (stopping)
+                consumer_stop_poll(pl);
             if (pl->fetch)
                 consumer_drain_fetched(pl, 5);
             else

@@ -166,6 +166,8 @@ struct pipeline {
                              paused (consumer_backpressure) */
     int64_t paused_at_ms;
     int64_t at_capacity_ms; /* since when the pipeline is at capacity, 0 */
+    int64_t stop_at_ms;   /* a stop's end of grace (consumer_stop_begin), 0 */
+    bool stop_paused;     /* consumer_stop_poll paused the assignment */
     bool leave_now;       /* hurried, or the store failed: no drain at the
                              revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
@@ -228,6 +230,12 @@ void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* The first look at a stop request: no longer ready, finish what is in
  * flight within shutdown.grace_ms.  @returns the time to leave at. */
 int64_t consumer_stop_begin(struct pipeline *pl);
+
+/* While stopping: pause the assignment once (no new work) and serve the
+ * consumer (rd_kafka_consumer_poll with no wait), so the member stays in its
+ * group while the ops in flight finish; a message fetched before the pause
+ * is dropped untracked (its offset is never stored). */
+void consumer_stop_poll(struct pipeline *pl);
 
 /* Leave now (a second signal, or a failed store): the revoke at the close
  * does not drain, commits are not waited for. */

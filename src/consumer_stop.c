@@ -40,7 +40,27 @@ int64_t consumer_stop_begin(struct pipeline *pl)
     log_msg(LOG_INFO, "consumer",
             "stopping: finishing %zu ops in flight (grace %lld ms)", pl->n_ops,
             (long long)pl->cfg->shutdown_grace_ms);
-    return dd_now_ms() + pl->cfg->shutdown_grace_ms;
+    pl->stop_at_ms = dd_now_ms() + pl->cfg->shutdown_grace_ms;
+    return pl->stop_at_ms;
+}
+
+void consumer_stop_poll(struct pipeline *pl)
+{
+    if (!pl->stop_paused) {
+        /* no new work while stopping; the poll keeps the member in its
+         * group (max.poll.interval.ms) while the ops finish */
+        pl->stop_paused = true;
+        rd_kafka_topic_partition_list_t *a = NULL;
+        if (!rd_kafka_assignment(pl->rk, &a) && a) {
+            rd_kafka_pause_partitions(pl->rk, a);
+            rd_kafka_topic_partition_list_destroy(a);
+        }
+    }
+    /* a message fetched before the pause is left to the next owner: it is
+     * not tracked, so no offset passes it */
+    rd_kafka_message_t *m = rd_kafka_consumer_poll(pl->rk, 0);
+    if (m)
+        rd_kafka_message_destroy(m);
 }
 
 bool consumer_stop_hurried(const struct pipeline *pl)
@@ -112,7 +132,14 @@ void consumer_stop_leave(struct pipeline *pl, dd_err_t err)
 {
     struct producer *prod = pl->h->producer;
     bool hurried = pl->opts->hurry && *pl->opts->hurry;
-    if (producer_flush(prod, hurried ? CONSUMER_HURRY_FLUSH_MS : 10000))
+    /* within the stop's grace (+1 s): what is still unacknowledged then is
+     * in the outbox, replayed at the next start */
+    int64_t flush_ms = 10000;
+    if (pl->stop_at_ms) {
+        flush_ms = pl->stop_at_ms - dd_now_ms() + 1000;
+        flush_ms = flush_ms < 1000 ? 1000 : flush_ms > 10000 ? 10000 : flush_ms;
+    }
+    if (producer_flush(prod, hurried ? CONSUMER_HURRY_FLUSH_MS : (int)flush_ms))
         log_msg(LOG_WARNING, "producer",
                 "%d messages unacknowledged at exit; their outbox entries are "
                 "replayed at the next start", producer_outq_len(prod));
