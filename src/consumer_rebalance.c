@@ -255,11 +255,13 @@ static void revoke_drain(struct pipeline *pl, const int32_t *ids, size_t n)
         revoke_turn(pl, 5);
     }
     if (left) {
+        size_t waiting = revoked_ops(pl, ids, n, false, true);
         log_msg(LOG_WARNING, "consumer",
                 "revoke: %zu ops of the revoked partitions did not finish "
-                "within %s: released (their next owner takes them at once)",
-                left, hurried(pl) ? "the hurried stop" : "rebalance.grace_ms");
-        revoked_ops(pl, ids, n, false, true);
+                "within %s: %zu released (their next owner takes them at "
+                "once), %zu with a result awaiting its acknowledgement",
+                left, hurried(pl) ? "the hurried stop" : "its drain",
+                left - waiting, waiting);
     }
     drop_blocked(pl, ids, n);
     /* what was produced for them is acknowledged before they are given up
