@@ -869,9 +869,10 @@ struct store_restore_counts {
 /**
  * @brief Apply restored changelog records (DESIGN.md section 6, Restore):
  *        a record replaces the local one unless the local generation is
- *        higher, or equal with the local record finished (complete, failed
- *        or forgotten) and the record not; an expired record counts as
- *        absent.  A restored running or
+ *        higher, or equal with a later updated_at (one generation is one
+ *        holder's, on one clock), or equal in both with the local record
+ *        finished (complete, failed or forgotten) and the record not; an
+ *        expired record counts as absent.  A restored running or
  *        retryable op of another owner keeps its owner with a lease of
  *        store_conf.lease_ms from \p now_ms on this instance's clock; one
  *        whose owner is empty (a release) or this run's is free at once.

@@ -268,14 +268,17 @@ static bool finished(enum store_op_state st)
            st == STORE_OP_FORGOTTEN;
 }
 
-/* Does \p local win over the restored \p rec?  A higher generation wins;
- * at one generation a finished record wins over an unfinished one (a claim
- * record sent again after its op's result record, from the retry list, must
- * not undo the completion); else the record, the later one, wins. */
+/* Does \p local win over the restored \p rec?  A higher generation wins.
+ * One generation is one holder's, on one clock: the later change wins (a
+ * local retryable record over its own claim record, a completion over a
+ * claim record sent again from the retry list); at the same time a finished
+ * record wins over an unfinished one; else the record wins. */
 static bool outranks(const struct store_op *local, const struct store_op *rec)
 {
     if (local->generation != rec->generation)
         return local->generation > rec->generation;
+    if (local->updated_at_ms != rec->updated_at_ms)
+        return local->updated_at_ms > rec->updated_at_ms;
     return finished(local->state) && !finished(rec->state);
 }
 
