@@ -916,10 +916,14 @@ static void on_blocked(struct fetch *f, struct xfer *x, const struct fetch_outco
         }
         return;
     }
-    if ((int64_t)x->rotations < f->cfg->fetch_max_rotations) {
+    if ((int64_t)x->rotations < f->cfg->fetch_max_rotations &&
+        (int64_t)x->step_attempts < f->cfg->fetch_max_attempts &&
+        !x->released) {
         /* The provider moves this session to another exit: the op keeps
          * its session (and the old exit's cooldown no longer applies); a
-         * fresh tunnel follows.  Else another session, if one is free. */
+         * fresh tunnel follows.  Else another session, if one is free.
+         * Not after the last attempt: no attempt would use it (whether a
+         * free session was there decided the count before). */
         if (proxy_pool_renew(f->pool, x->session, "blocked status"))
             rotation_count(f, x, true);
         else if (proxy_pool_size(f->pool) > 1)

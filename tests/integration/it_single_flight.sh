@@ -39,7 +39,13 @@ expect_eq "$(grep -c 'g=a' "$WORK/origin.log" || true)" 1 "A: origin requests fo
 expect_eq "$(grep -c 'g=b' "$WORK/origin.log" || true)" "$N" "B: origin requests for $N unsafe ops (nginx log)"
 # C: every op made its own 2 attempts after the leader's transient failure
 expect_eq "$(jq .fetch_attempts <<<"$stats")" $((1 + N + 4 * 2)) "fetch attempts (A 1, B $N, C 4 x 2)"
-expect_eq "$(jq .single_flight <<<"$stats")" $((N - 1 + 3)) "waiters (A $((N - 1)), C 3)"
+# waiters: A's N - 1 always (its leader's transfer is slow); C's up to 3, as
+# many as were claimed before their leader's connection was refused (the 4
+# ops sit on different partitions: under load one may come after; the
+# attempts above prove that none shared the failure)
+sf=$(jq .single_flight <<<"$stats")
+(( sf >= N - 1 && sf <= N - 1 + 3 )) || fail "waiters: got $sf, expected A $((N - 1)) + C 0..3"
+ok "waiters $sf (A $((N - 1)), C $((sf - N + 1)))"
 
 tail_results > "$WORK/results.ndjson"
 expect_eq "$(wc -l < "$WORK/results.ndjson")" $((2 * N + 4)) "results (one per op)"
