@@ -19,7 +19,7 @@
 #include "metrics.h"
 
 #define ADMIN_TIMEOUT_MS 30000
-#define DESCRIBE_TIMEOUT_MS 5000
+#define DESCRIBE_TIMEOUT_MS 2000
 #define DELETE_RETENTION_MS 86400000LL /* 1 d: the changelog's tombstones */
 #define JOB_DEADLINE_MAX_MS 86400000LL /* job.c: deadline_s <= 86400 */
 #define RESTORE_BATCH 512

@@ -139,6 +139,16 @@ void consumer_op_unlink(struct pipeline *pl, struct opctx *o)
     pl->n_ops--;
 }
 
+void consumer_released_free(struct pipeline *pl, struct opctx *o)
+{
+    struct opctx **pp = &pl->released;
+    while (*pp && *pp != o)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = o->hnext;
+    consumer_op_free(o);
+}
+
 void consumer_op_free(struct opctx *o)
 {
     job_destroy(o->job);
@@ -1131,7 +1141,7 @@ static void sf_release_followers(struct pipeline *pl, struct opctx *o)
         w->sf_waiting = false;
         w->sf_alone = true;
         if (w->released)
-            consumer_op_free(w); /* given up at a revoke */
+            consumer_released_free(pl, w); /* given up at a revoke */
         else
             start_fetch(pl, w);
         w = next;
@@ -1139,14 +1149,14 @@ static void sf_release_followers(struct pipeline *pl, struct opctx *o)
 }
 
 /* Drop \p o's single-flight waiters given up at a revoke. */
-static void sf_prune_released(struct opctx *o)
+static void sf_prune_released(struct pipeline *pl, struct opctx *o)
 {
     struct opctx **pp = &o->sf_followers;
     while (*pp) {
         struct opctx *w = *pp;
         if (w->released) {
             *pp = w->sf_next;
-            consumer_op_free(w);
+            consumer_released_free(pl, w);
         } else
             pp = &w->sf_next;
     }
@@ -1166,13 +1176,13 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
         o->fetching = false;
         if (o->sf_leading)
             sf_remove(pl, o);
-        sf_prune_released(o);
+        sf_prune_released(pl, o);
         if (o->released) {
             /* given up at a revoke: nothing is produced for it any more;
              * its waiters (of partitions still ours) fetch on their own */
             fetch_result_destroy(rs[i]);
             sf_release_followers(pl, o);
-            consumer_op_free(o);
+            consumer_released_free(pl, o);
             continue;
         }
         if (o->cond && rs[i]->ok && rs[i]->status == 304 &&
@@ -1554,6 +1564,13 @@ static void pipeline_fini(struct pipeline *pl)
             o = n;
         }
     }
+    /* what the producer still holds comes back through its reports and is
+     * freed with the retry list (results are in the outbox, replayed at the
+     * next start; offsets never passed what was unacknowledged) */
+    pl->closing = true;
+    producer_purge(pl->h->producer);
+    while (pl->released) /* their fetches ended with the engine */
+        consumer_released_free(pl, pl->released);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);

@@ -147,6 +147,8 @@ struct pipeline {
     struct opctx *await;  /* results acknowledged whose completion is not
                              fsync'd yet (group commit): their offsets wait */
     bool purging;         /* producer_reset: reports of purged messages */
+    bool closing;         /* pipeline_fini's purge: every report only
+                             frees its message (nothing follows any more) */
     int64_t reset_retry_at_ms; /* producer_reset: not again before */
     long fail_fatal_after; /* test failpoint (see producer_reset), -1 off */
     long fail_exit_before_ack; /* test failpoint (see consumer_out_dr), -1 off */
@@ -168,6 +170,9 @@ struct pipeline {
     int64_t at_capacity_ms; /* since when the pipeline is at capacity, 0 */
     int64_t stop_at_ms;   /* a stop's end of grace (consumer_stop_begin), 0 */
     bool stop_paused;     /* consumer_stop_poll paused the assignment */
+    struct opctx *released; /* ops given up at a revoke whose fetch (or
+                               leader's) is still out, chained by hnext:
+                               freed when it returns, or at the end */
     bool leave_now;       /* hurried, or the store failed: no drain at the
                              revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
@@ -215,6 +220,9 @@ void consumer_op_finish(struct pipeline *pl, struct opctx *o);
 
 /* Free \p o's own memory (not its messages: the caller's). */
 void consumer_op_free(struct opctx *o);
+
+/* Free \p o, an op given up at a revoke (on pl->released). */
+void consumer_released_free(struct pipeline *pl, struct opctx *o);
 
 /* ---- consumer_rebalance.c ------------------------------------------------- */
 

@@ -217,6 +217,10 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
     (void)partition;
     (void)offset;
     pl->pending_out--;
+    if (pl->closing) { /* the end of the run: freed with the retry list */
+        out_retry_later(pl, m, 0);
+        return;
+    }
     if (err) {
         if (!pl->purging)
             log_msg(LOG_WARNING, "producer",

@@ -157,10 +157,15 @@ static void op_release(struct pipeline *pl, struct opctx *o)
         free(m);
     }
     o->released = true;
-    if (o->fetching)
-        fetch_release(pl->fetch, o);
-    else if (!o->sf_waiting)
+    if (o->fetching || o->sf_waiting) {
+        /* freed when its fetch (or its leader's) returns, or at the end */
+        o->hnext = pl->released;
+        pl->released = o;
+        if (o->fetching)
+            fetch_release(pl->fetch, o);
+    } else {
         consumer_op_free(o);
+    }
 }
 
 /* The ops of partitions \p ids still to wait for (not released); with

@@ -12,7 +12,7 @@
 # its /metrics just before the kill), and the restarts reclaimed ops; else
 # "nothing was tested".
 source "$(dirname "$0")/lib.sh"
-KILLS=${CRASH_KILLS:-20}
+KILLS=${CRASH_KILLS:-10} # the suite's short form; CRASH_KILLS=20 (or more) for the long one
 export DEDUPD_FETCH__MAX_INFLIGHT=32
 export DEDUPD_STORE__LEASE_MS=30000
 export DEDUPD_FETCH__TIMEOUT_MS=60000   # the largest page takes ~28 s from /slow/
