@@ -34,6 +34,26 @@ wait_results() {
   fail "only $v of $1 results after 30 s"
 }
 
+# replaced_pod SET COUNT WHAT STATS_LABEL NOTE: the pod comes back with an
+# empty store; every job of $WORK/SET.ndjson is submitted twice more and run
+# until idle: none may be fetched again (counted, not failed at once, so both
+# parts run and report).
+replaced_pod() {
+  local set=$1 n=$2 what=$3 label=$4 note=$5 stats refetched
+  rm -rf "$DEDUPD_STORE__PATH"
+  cat "$WORK/$set.ndjson" "$WORK/$set.ndjson" > "$WORK/${set}2.ndjson"
+  submit "$WORK/${set}2.ndjson" > /dev/null
+  mark=$(log_mark)
+  stats=$(run_until_idle)
+  echo "after $label: $stats"
+  refetched=$(origin_200s "$mark")
+  if [ "$refetched" = 0 ]; then ok "$what: 0 of $n jobs fetched again"
+  else
+    failures+=("$what, $refetched of $n jobs were fetched again ($((2 * n)) duplicate copies submitted$note; new ops $(jq .new <<<"$stats"))")
+    echo "FAIL (counted): ${failures[-1]}" >&2
+  fi
+}
+
 # ---- 1. clean stop, store deleted -------------------------------------------
 N=40
 pages $N | jq -Rc '{url: .}' > "$WORK/a.ndjson"
@@ -44,20 +64,8 @@ wait_results $N
 kill -TERM "$pid"; rc=0; wait "$pid" || rc=$?; pid=
 expect_eq "$rc" 0 "exit status after SIGTERM"
 expect_eq "$(origin_200s "$mark")" $N "origin fetches of the first run"
-rm -rf "$DEDUPD_STORE__PATH"
-cat "$WORK/a.ndjson" "$WORK/a.ndjson" > "$WORK/a2.ndjson"
-submit "$WORK/a2.ndjson" > /dev/null
-mark=$(log_mark)
-stats=$(run_until_idle)
-echo "after SIGTERM + empty store: $stats"
-refetched=$(origin_200s "$mark")
-# (counted, not failed at once: part 2 runs and reports too)
 failures=()
-if [ "$refetched" = 0 ]; then ok "after a clean stop and an empty store: 0 of $N jobs fetched again"
-else
-  failures+=("after a clean stop and an empty store, $refetched of $N jobs were fetched again ($((2 * N)) duplicate copies submitted; new ops $(jq .new <<<"$stats"))")
-  echo "FAIL (counted): ${failures[-1]}" >&2
-fi
+replaced_pod a $N "after a clean stop and an empty store" "SIGTERM + empty store" ""
 
 # ---- 2. kill -9, store deleted ----------------------------------------------
 # M other jobs; the kill comes once their results are acknowledged (outbox
@@ -78,18 +86,8 @@ sleep 3
 kill -9 "$pid"; rc=0; wait "$pid" 2>/dev/null || rc=$?; pid=
 expect_eq "$rc" 137 "killed with -9"
 expect_eq "$(origin_200s "$mark")" $M "origin fetches before the kill"
-rm -rf "$DEDUPD_STORE__PATH"
-cat "$WORK/b.ndjson" "$WORK/b.ndjson" > "$WORK/b2.ndjson"
-submit "$WORK/b2.ndjson" > /dev/null
-mark=$(log_mark)
-stats=$(run_until_idle)
-echo "after kill -9 + empty store: $stats"
-refetched=$(origin_200s "$mark")
-if [ "$refetched" = 0 ]; then ok "after kill -9 and an empty store: 0 of $M jobs fetched again"
-else
-  failures+=("after kill -9 and an empty store, $refetched of $M jobs were fetched again ($((2 * M)) duplicate copies submitted, and the originals again if their offsets were not committed; new ops $(jq .new <<<"$stats"))")
-  echo "FAIL (counted): ${failures[-1]}" >&2
-fi
+replaced_pod b $M "after kill -9 and an empty store" "kill -9 + empty store" \
+  ", and the originals again if their offsets were not committed"
 
 # Downstream: one result per logical job, under its event_key.
 topic_dump "$T.results" | jq -r '.payload | fromjson | "\(.op_id) \(.event_key)"' | sort -u > "$WORK/keys"
