@@ -82,6 +82,9 @@
  *                                     past and future dedupd can read it)
  *              "outbox_seq_reserved"  u64 LE: sequence numbers below it may have
  *                                     been handed out; a restart starts above it
+ *              "checkpoint/<p>"       i64 offset, i64 taken_at (ms), LE: the
+ *                                     changelog offset partition p's copy
+ *                                     reflects (store_changelog.c)
  *
  * The attempts, receipts, validators and bodies column families were added
  * without a layout bump: their records use the V1 header, store_open creates
@@ -153,6 +156,9 @@ enum store_codec_kind {
 
 /** A meta "layout_version" value: u32 LE. */
 #define STORE_CODEC_LAYOUT_LEN 4
+
+/** A meta "checkpoint/<partition>" value: i64 offset, i64 taken_at, LE. */
+#define STORE_CODEC_CHECKPOINT_LEN 16
 
 /**
  * @brief The one expiry rule (C-28): live up to and including expires_at.
@@ -458,5 +464,16 @@ void store_codec_layout_encode(uint32_t version,
  */
 bool store_codec_layout_decode(const void *val, size_t len,
                                uint32_t *version);
+
+/** @brief A checkpoint value (\p offset, \p taken_at_ms) into \p out. */
+void store_codec_checkpoint_encode(int64_t offset, int64_t taken_at_ms,
+                                   unsigned char out[STORE_CODEC_CHECKPOINT_LEN]);
+
+/**
+ * @brief Read a checkpoint value.
+ * @returns false when it is not STORE_CODEC_CHECKPOINT_LEN bytes long.
+ */
+bool store_codec_checkpoint_decode(const void *val, size_t len,
+                                   int64_t *offset, int64_t *taken_at_ms);
 
 #endif

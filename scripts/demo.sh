@@ -48,7 +48,12 @@ if [ ! -d "$DEMO_DIR/store" ]; then
   echo "$cluster" > "$DEMO_DIR/cluster"
   # Origin fetches are counted from here on in nginx's access log.
   wc -l < "$ORIGIN_ACCESS_LOG" > "$DEMO_DIR/access_log_start"
+  # Its own consumer group, so its own changelog: the dedup record of an
+  # earlier demo on this stack (which outlives any store) is not this one's.
+  echo "demo-$(date +%s)" > "$DEMO_DIR/group"
 fi
+group=$(cat "$DEMO_DIR/group" 2>/dev/null || echo dedupd)
+export DEDUPD_CONSUMER__GROUP_ID=$group DEDUPD_TAIL__GROUP_ID=$group-tail
 log_start=$(cat "$DEMO_DIR/access_log_start")
 run_log_start=$(wc -l < "$ORIGIN_ACCESS_LOG")
 

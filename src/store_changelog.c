@@ -12,7 +12,6 @@
 
 #define CONFLICT_PREFIX "conflict/"
 #define CHECKPOINT_KEY_MAX 32
-#define CHECKPOINT_LEN 16 /* i64 offset, i64 taken_at, little-endian */
 
 /* The changelog value of \p op (as stored): outbox state normalized (a
  * record is produced only after its result was acknowledged). */
@@ -421,20 +420,6 @@ static size_t checkpoint_key(int32_t partition, char *key)
                             (int)partition);
 }
 
-static void put_le64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 dd_err_t store_checkpoint_get(struct store *s, int32_t partition,
                               int64_t *offset, int64_t *taken_at_ms,
                               bool *found, char *errstr, size_t errstr_size)
@@ -452,14 +437,12 @@ dd_err_t store_checkpoint_get(struct store *s, int32_t partition,
     if (!val)
         return DD_OK;
     dd_err_t err = DD_OK;
-    if (vlen != CHECKPOINT_LEN) {
+    if (!store_codec_checkpoint_decode(val, vlen, offset, taken_at_ms)) {
         snprintf(errstr, errstr_size,
                  "store: meta record '%s' is corrupt (%zu bytes, expected %d)",
-                 key, vlen, CHECKPOINT_LEN);
+                 key, vlen, STORE_CODEC_CHECKPOINT_LEN);
         err = DD_ERR_FATAL;
     } else {
-        *offset = (int64_t)get_le64((const unsigned char *)val);
-        *taken_at_ms = (int64_t)get_le64((const unsigned char *)val + 8);
         *found = true;
     }
     rocksdb_free(val);
@@ -477,9 +460,8 @@ dd_err_t store_checkpoint_put(struct store *s, int32_t partition,
         rocksdb_delete_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
                           &rerr);
     } else {
-        unsigned char v[CHECKPOINT_LEN];
-        put_le64(v, (uint64_t)offset);
-        put_le64(v + 8, (uint64_t)taken_at_ms);
+        unsigned char v[STORE_CODEC_CHECKPOINT_LEN];
+        store_codec_checkpoint_encode(offset, taken_at_ms, v);
         rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
                        (const char *)v, sizeof(v), &rerr);
     }

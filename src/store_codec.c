@@ -704,3 +704,22 @@ bool store_codec_layout_decode(const void *val, size_t len, uint32_t *version)
                | (uint32_t)b[3] << 24;
     return true;
 }
+
+void store_codec_checkpoint_encode(int64_t offset, int64_t taken_at_ms,
+                                   unsigned char out[STORE_CODEC_CHECKPOINT_LEN])
+{
+    struct enc e = {out, STORE_CODEC_CHECKPOINT_LEN, 0, false};
+    enc_u64(&e, (uint64_t)offset);
+    enc_u64(&e, (uint64_t)taken_at_ms);
+}
+
+bool store_codec_checkpoint_decode(const void *val, size_t len,
+                                   int64_t *offset, int64_t *taken_at_ms)
+{
+    if (len != STORE_CODEC_CHECKPOINT_LEN)
+        return false;
+    struct dec d = dec_of(val, len);
+    *offset = (int64_t)dec_u64(&d);
+    *taken_at_ms = (int64_t)dec_u64(&d);
+    return !d.bad;
+}
