@@ -52,8 +52,14 @@ if [ ! -d "$DEMO_DIR/store" ]; then
   # earlier demo on this stack (which outlives any store) is not this one's.
   echo "demo-$(date +%s)" > "$DEMO_DIR/group"
 fi
-group=$(cat "$DEMO_DIR/group" 2>/dev/null || echo dedupd)
-export DEDUPD_CONSUMER__GROUP_ID=$group DEDUPD_TAIL__GROUP_ID=$group-tail
+if [ -f "$DEMO_DIR/group" ]; then
+  # and its own topics, so its counts are this demo's alone
+  group=$(cat "$DEMO_DIR/group")
+  export DEDUPD_CONSUMER__GROUP_ID=$group DEDUPD_TAIL__GROUP_ID=$group-tail
+  export DEDUPD_TOPICS__JOBS=$group.jobs DEDUPD_TOPICS__RESULTS=$group.results
+  export DEDUPD_TOPICS__CONFLICTS=$group.conflicts DEDUPD_TOPICS__DLQ=$group.dlq
+  "$dedupd" topics -c "$cfg" >/dev/null
+fi
 log_start=$(cat "$DEMO_DIR/access_log_start")
 run_log_start=$(wc -l < "$ORIGIN_ACCESS_LOG")
 
