@@ -27,8 +27,8 @@
 #                          it_broker_restart, ~50 s waiting on the broker's
 #                          restart, its producer paths run under ASan in
 #                          it_producer_fatal; the scale-out tests it_scaleout,
-#                          it_join, it_restore, it_misrouted and it_identity,
-#                          several instances whose timing under ASan outgrows
+#                          it_join, it_restore, it_misrouted, it_identity and
+#                          it_eos, several instances whose timing under ASan outgrows
 #                          the pass's budget; helm_chart, helm itself;
 #                          smoke_kafka4, a JVM broker of its own, ~20 s, and
 #                          the same dedupd paths as it_flow; the timing tests
@@ -203,7 +203,7 @@ if want asan; then
     n_fail=$((n_fail + 1))
     record asan $(( $(date +%s) - t )) "FAILED (build)"
   else
-    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|it_scaleout|it_join|it_restore|it_misrouted|it_identity|helm_chart|smoke_kafka4|it_timed|it_host_limits|it_conditional_lastmod|it_single_flight_deadline|it_deadline_throttle|it_last_modified|it_retryable|it_providers|it_results_outage|it_short_ttl|it_bad_input|it_dlq)\$}
+    asan_exclude=${DEDUPD_ASAN_EXCLUDE-^(it_crash|it_broker_restart|it_scaleout|it_join|it_restore|it_misrouted|it_identity|it_eos|helm_chart|smoke_kafka4|it_timed|it_host_limits|it_conditional_lastmod|it_single_flight_deadline|it_deadline_throttle|it_last_modified|it_retryable|it_providers|it_results_outage|it_short_ttl|it_bad_input|it_dlq)\$}
     echo "==> asan: unit and integration tests (build-asan/dedupd)${asan_exclude:+, all but /$asan_exclude/}"
     # A report aborts the process (SIGABRT: exit 134, never one of dedupd's own
     # codes) and goes to a file <dir>/san.PID instead of stderr: a report from a

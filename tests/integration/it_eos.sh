@@ -1,0 +1,352 @@
+#!/usr/bin/env bash
+# Exactly-once (issue 16, DESIGN.md section 6: processing.guarantee
+# exactly_once): three instances (a b c) of one consumer group on a 6-partition
+# jobs topic, each with its own transactional producer (transactional.id
+# <group>-<instance.id>), while jobs with duplicates and conflicts arrive in
+# waves, one wave per phase:
+#   abort   c starts with DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3: its third
+#           transaction aborts; c drops its copy and restarts its pipeline in
+#           the same process ("transaction aborted")
+#   kill    a is killed (-9) with ops in flight and started again at once like a
+#           supervisor would (same instance.id, same store dir: "unclean exit",
+#           its copy dropped and restored from the changelog)
+#   broker  the broker is stopped cleanly, left down 3 s and started again
+#           (scripts/stack.sh kafka-restart) with ops in flight
+#   zombie  b is stopped (SIGSTOP) past the session timeout (6 s) with ops in
+#           flight; a and c take its partitions and process new jobs of every
+#           partition (their restore waits until b's open transaction is
+#           aborted by the coordinator, transaction.timeout.ms); then b is
+#           continued (SIGCONT): its producer is fenced (exit 1, "fenced" or
+#           "fatal"; started again like a supervisor would) or it rejoins
+# Each phase ends when the three are idle (every partition held, no lag,
+# nothing in flight or in an outbox), so what a disruption strands is redone
+# within its phase.  An instance that exits 1 with a "fenced" or "fatal" line
+# is started again at once, as a supervisor would (any other end fails).  Then
+# the last copies and conflicts arrive, and all three run until idle and stop
+# (SIGTERM, exit 0).  Counted independently of dedupd (kcat reading the
+# results and conflicts topics with isolation.level=read_committed, nginx's
+# access log, the group's committed offsets), with no downstream dedup:
+#   - every event_key (the record key) has exactly one result record, and the
+#     distinct event_keys are as many as the logical jobs: each logical job
+#     (distinct op_id) has exactly one result, under one event_key, "fetched"
+#   - every conflict is reported exactly once
+#   - origin fetches - logical jobs <= 4 x fetch.max_inflight (8): the kill,
+#     the broker restart, the zombie and the abort may each strand the ops
+#     in flight of one instance (printed per phase: the URLs fetched again in
+#     the access log from that phase's start to the next one's)
+#   - an instance started again after kill -9 or exit 1 logs "unclean exit"
+#   - c logged "transaction aborted" and counts it in
+#     dedupd_transactions_aborted_total
+#   - the group's committed offsets (sent in the transactions) reach the end
+#     of all 6 partitions
+# A read_uncommitted reader of the results topic may see more records than the
+# read_committed one (the aborted transactions' results): both counts are
+# printed, not asserted.
+#
+# Workload: 5 chunks of logical jobs, half of them slow (/slow/ pages of
+# 17..34 KiB: 1..2 s each), so ops are in flight at every disruption; wave r
+# carries chunk r twice, chunk r-1 again in another URL form that normalizes
+# alike (HTTP://) and the conflicting requests of chunk r-2's job_keys (every
+# 25th job has one): each logical job is submitted 3 times, across phases.
+#
+# Short form by default (300 logical jobs, about 100 s on 2 cores);
+# EOS_JOBS=3000 for a longer run (not in the suite).
+PARTITIONS=6
+source "$(dirname "$0")/lib.sh"
+multi_setup
+# a stopped or killed member leaves the group after 6 s
+export DEDUPD_KAFKA__SESSION__TIMEOUT__MS=6000 DEDUPD_KAFKA__HEARTBEAT__INTERVAL__MS=1000
+pin_dedupd
+export DEDUPD_PROCESSING__GUARANTEE=exactly_once
+MAXIN=8
+export DEDUPD_FETCH__MAX_INFLIGHT=$MAXIN
+export DEDUPD_STORE__LEASE_MS=5000 # ops of a killed or stopped instance are taken over after 5 s
+# rebalance.grace_ms stays at its default (60 s): at least fetch.timeout_ms
+# (15 s) + kafka.request.timeout.ms (30 s), below kafka.max.poll.interval.ms
+L=${EOS_JOBS:-300}
+W=5
+CHUNK=$(( (L + W - 1) / W ))
+MULTI_IDLE_LIMIT_S=$(( 120 + L / 20 ))
+
+# dump ISOLATION TOPIC: lib.sh's topic_dump with kcat's consumer at
+# isolation.level ISOLATION (read_committed: only committed transactions'
+# records, up to the last stable offset; read_uncommitted: aborted ones too).
+dump() {
+  local out err
+  out=$(mktemp "$WORK/kcat.out.XXXX") err=$(mktemp "$WORK/kcat.err.XXXX")
+  kcat -b "$KAFKA_BOOTSTRAP" -X isolation.level="$1" -C -t "$2" -o beginning -e -q -J >"$out" 2>"$err" ||
+    fail "kcat ($1) could not read topic $2: $(tail -n 3 "$err")"
+  cat "$out" 2>/dev/null || true
+  rm -f "$out" "$err"
+}
+# event NAME...: a line of $WORK/events (printed at the end)
+event() { echo "$(date +%T.%N | cut -c1-12) $*" >>"$WORK/events"; }
+# phase NAME: the next phase begins (its start in the origin's access log)
+PH_NAME=() PH_MARK=()
+phase() { PH_NAME+=("$1"); PH_MARK+=("$(log_mark)"); event "phase $1"; echo "phase $1"; }
+# wave R: submits wave R; its receipts go to $WORK/receipts.R
+wave() { submit "$WORK/wave.$1" > "$WORK/receipts.$1" || fail "dedupd submit of wave $1 failed: $(tail -n 3 "$WORK/submit.log")"; }
+# inflight_sum NAME...: ops in flight of the named instances together
+inflight_sum() {
+  local n v s=0
+  for n in "$@"; do
+    v=$(inst_metric "$n" dedupd_ops_inflight)
+    [[ $v =~ ^[0-9]+$ ]] && s=$(( s + v ))
+  done
+  echo "$s"
+}
+# log_has NAME REGEX [FROM]: NAME's log from line FROM (its current run's
+# first line) on has a line matching REGEX
+log_has() { tail -n +"${3:-${INST_FROM[$1]}}" "${INST_LOG[$1]}" | grep -qE "$2"; }
+# wait_log NAME REGEX TENTHS: until log_has NAME REGEX (0.1 s steps)
+wait_log() {
+  for _ in $(seq "$3"); do
+    log_has "$1" "$2" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# supervise NAME...: what a supervisor (Kubernetes) does: an instance that
+# exited 1 with a "fenced" or "fatal" line in its log is started again (same
+# instance.id, same store dir), and must log "unclean exit" (its copy dropped
+# and restored); any other end fails the test.  The restarts are listed in
+# RESTARTS; a start without "unclean exit" in NO_UNCLEAN.
+RESTARTS=() NO_UNCLEAN=()
+supervise() {
+  local n rc
+  for n in "$@"; do
+    [ -n "${INST_PID[$n]:-}" ] || continue
+    kill -0 "${INST_PID[$n]}" 2>/dev/null && continue
+    rc=0; wait "${INST_PID[$n]}" 2>/dev/null || rc=$?
+    unset "INST_PID[$n]"
+    event "$n exited $rc"
+    (( rc == 1 )) || fail "instance $n exited $rc in phase ${PH_NAME[-1]}, not 1: $(tail -n 5 "${INST_LOG[$n]}")"
+    log_has "$n" 'fenced|fatal' || fail "instance $n exited 1 in phase ${PH_NAME[-1]} without a \"fenced\" or \"fatal\" line: $(tail -n 5 "${INST_LOG[$n]}")"
+    RESTARTS+=("$n in phase ${PH_NAME[-1]} ($(tail -n +"${INST_FROM[$n]}" "${INST_LOG[$n]}" | grep -E 'fenced|fatal' | head -n 1 | cut -c1-160))")
+    echo "supervisor: $n exited 1, started again: ${RESTARTS[-1]}"
+    inst_start "$n"
+    inst_ready "$n"
+    wait_log "$n" "unclean exit" 50 || NO_UNCLEAN+=("$n (phase ${PH_NAME[-1]})")
+  done
+}
+# supervise_for SECONDS NAME...: supervise every 0.2 s for SECONDS
+supervise_for() {
+  local end=$(( $(date +%s) + $1 ))
+  shift
+  while (( $(date +%s) < end )); do supervise "$@"; sleep 0.2; done
+}
+# wait_idle: multi_wait_idle of a b c (all partitions held, no lag, nothing in
+# flight or in an outbox, three times in a row 1 s apart), supervising them
+wait_idle() {
+  local n busy calm=0 sum end=$(( $(date +%s) + MULTI_IDLE_LIMIT_S ))
+  while (( calm < 3 )); do
+    (( $(date +%s) < end )) || fail "the instances were not idle within $MULTI_IDLE_LIMIT_S s (phase ${PH_NAME[-1]}): $(multi_status a b c)"
+    sleep 1
+    supervise a b c
+    sum=0 busy=0
+    for n in a b c; do sum=$(( sum + $(inst_assigned "$n") )); done
+    if (( sum != PARTITIONS )); then calm=0; continue; fi
+    for n in a b c; do
+      for s in dedupd_consumer_lag_messages dedupd_ops_inflight dedupd_outbox_pending; do
+        [ "$(inst_metric "$n" "$s")" = 0 ] || busy=1
+      done
+    done
+    if (( busy )); then calm=0; else calm=$(( calm + 1 )); fi
+  done
+}
+
+# ---- the jobs ---------------------------------------------------------------
+slow_pages "$L" 0 12288 > "$WORK/fast.urls"
+slow_pages "$L" > "$WORK/slow.urls"
+awk 'NR == FNR {f[FNR] = $0; next} {s[FNR] = $0}
+  END {for (i = 1; i <= length(f); i++) {
+    u = (i % 2 == 0) ? s[i] : f[i]
+    if (i % 25 == 0) printf "{\"url\":\"%s\",\"job_key\":\"eos-%d\"}\n", u, i
+    else printf "{\"url\":\"%s\"}\n", u }}' "$WORK/fast.urls" "$WORK/slow.urls" > "$WORK/logical.ndjson"
+split -l "$CHUNK" -d -a 4 "$WORK/logical.ndjson" "$WORK/chunk."
+chunks=("$WORK"/chunk.????)
+(( ${#chunks[@]} == W )) || fail "$L jobs split into ${#chunks[@]} chunks, not $W"
+for (( r = 0; r < W + 2; r++ )); do
+  {
+    (( r < W )) && cat "${chunks[$r]}" "${chunks[$r]}"
+    (( r >= 1 && r - 1 < W )) && sed 's|"url":"http://|"url":"HTTP://|' "${chunks[$((r - 1))]}"
+    (( r >= 2 && r - 2 < W )) && jq -c 'select(.job_key) | .url += "&v=2"' "${chunks[$((r - 2))]}"
+    true
+  } > "$WORK/wave.$r"
+done
+total=$(cat "$WORK"/wave.* | wc -l)
+nconf=$(jq -r 'select(.job_key) | .job_key' "$WORK/logical.ndjson" | wc -l)
+echo "$L logical jobs, $total messages in $((W + 2)) waves, $nconf conflicts"
+
+# ---- abort: c's third transaction aborts --------------------------------------
+# The first wave is on the topic before the instances start, so the aborted
+# transaction carries results; c restarts its pipeline and rejoins the group.
+phase abort
+wave 0
+inst_start a
+inst_start b
+inst_start c DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3
+for n in a b c; do inst_ready "$n"; done
+c_abort_log=0 c_aborted=absent
+if wait_log c "transaction aborted" 300; then
+  c_abort_log=1
+  event "c: transaction aborted"
+  for _ in $(seq 30); do # the counter of c's process (its first run)
+    c_aborted=$(inst_metric c dedupd_transactions_aborted_total)
+    [[ $c_aborted =~ ^[0-9]+$ ]] && (( c_aborted >= 1 )) && break
+    sleep 0.1
+  done
+fi
+echo "abort: c logged \"transaction aborted\": $c_abort_log, dedupd_transactions_aborted_total $c_aborted"
+wait_idle
+
+# ---- kill: a is killed -9 with ops in flight, started again -----------------
+phase kill
+wave 1
+a_inflight=$(wait_inflight "$(inst_port a)" 4 100)
+inst_kill a
+[[ $a_inflight =~ ^[0-9]+$ ]] && (( a_inflight > 0 )) || nothing_tested "a had no op in flight when it was killed ($a_inflight)"
+inst_start a
+inst_ready a
+wait_log a "unclean exit" 50 || NO_UNCLEAN+=("a (after its kill -9)")
+echo "kill: a had $a_inflight ops in flight at its kill; started again"
+wait_idle
+
+# ---- broker: a broker restart with ops in flight ------------------------------
+phase broker
+wave 2
+for _ in $(seq 100); do
+  broker_inflight=$(inflight_sum a b c)
+  (( broker_inflight > 0 )) && break
+  sleep 0.1
+done
+t0=$(date +%s)
+event "kafka-restart"
+"$ROOT/scripts/stack.sh" kafka-restart 3 2>>"$WORK/stack.log" ||
+  fail "kafka restart: $(tail -n 3 "$WORK/stack.log")"
+event "kafka back"
+echo "broker: $broker_inflight ops in flight at the stop; down and back in $(( $(date +%s) - t0 )) s"
+wait_idle
+
+# ---- zombie: b stopped past the session timeout, then continued ---------------
+# a and c must take b's partitions and publish results of new jobs (wave 4,
+# submitted after the stop) of every partition before b goes on: b's open
+# transaction is then aborted by its coordinator and b may not publish.
+phase zombie
+wave 3
+b_inflight=$(wait_inflight "$(inst_port b)" 2 150)
+kill -STOP "${INST_PID[b]}" || fail "instance b was gone before its SIGSTOP: $(tail -n 5 "${INST_LOG[b]}")"
+event "SIGSTOP b"
+t_stop=$(date +%s)
+wave 4
+cat "$WORK"/receipts.[0-3] | jq -r .op_id | sort -u > "$WORK/ops.before4"
+jq -r '"\(.op_id) \(.partition)"' "$WORK/receipts.4" | sort -u | join -v1 - "$WORK/ops.before4" > "$WORK/ops.new4"
+cut -d' ' -f2 "$WORK/ops.new4" | sort -u > "$WORK/parts.new4"
+: > "$WORK/parts.covered"
+end=$(( t_stop + 90 ))
+while :; do
+  (( $(date +%s) < end )) || fail "90 s after b's SIGSTOP, a and c hold $(( $(inst_assigned a) + $(inst_assigned c) )) of $PARTITIONS partitions and published new jobs of $(wc -l < "$WORK/parts.covered") of $(wc -l < "$WORK/parts.new4") partitions: $(multi_status a c)"
+  supervise a c
+  if (( $(inst_assigned a) + $(inst_assigned c) == PARTITIONS )); then
+    dump read_committed "$T.results" | jq -r '.payload | fromjson | .op_id' | sort -u |
+      join - "$WORK/ops.new4" | cut -d' ' -f2 | sort -u > "$WORK/parts.covered"
+    cmp -s "$WORK/parts.covered" "$WORK/parts.new4" && break
+  fi
+  sleep 1
+done
+event "a and c hold every partition, new jobs of all published"
+echo "zombie: b had $b_inflight ops in flight at its SIGSTOP; $(( $(date +%s) - t_stop )) s after it a and c held every partition and had published new jobs of all $(wc -l < "$WORK/parts.covered")"
+b_from=$(( $(wc -l < "${INST_LOG[b]}") + 1 )) b_pid=${INST_PID[b]}
+kill -CONT "$b_pid"
+event "SIGCONT b"
+# b's end: exit 1 (fenced or fatal: supervise starts it again), or a new
+# assignment after which it is still there 3 s later (it rejoined)
+b_end=""
+for _ in $(seq 400); do
+  supervise a b c
+  if [ "${INST_PID[b]}" != "$b_pid" ]; then b_end="exited 1 and was started again"; break; fi
+  if log_has b '"assigned [0-9]+ partitions' "$b_from"; then
+    supervise_for 3 a b c
+    if [ "${INST_PID[b]}" != "$b_pid" ]; then b_end="rejoined, then exited 1 and was started again"
+    else b_end="rejoined the group"; fi
+    break
+  fi
+  sleep 0.1
+done
+[ -n "$b_end" ] || fail "40 s after its SIGCONT the zombie b neither exited nor rejoined: $(tail -n 5 "${INST_LOG[b]}")"
+echo "zombie: b $b_end"
+wait_idle
+
+# ---- the last copies and conflicts, then until idle -------------------------
+phase tail
+wave 5
+wave 6
+wait_idle
+declare -A TX_C=() TX_A=()
+for n in a b c; do
+  TX_C[$n]=$(inst_metric "$n" dedupd_transactions_committed_total)
+  TX_A[$n]=$(inst_metric "$n" dedupd_transactions_aborted_total)
+done
+for n in a b c; do inst_stop "$n"; done
+echo "events: $(cut -c1-8,13- "$WORK/events" | paste -sd ';')"
+
+# ---- the counts -------------------------------------------------------------
+cat "$WORK"/receipts.? > "$WORK/receipts.ndjson"
+jq -r .op_id "$WORK/receipts.ndjson" | sort -u > "$WORK/logical.ops"
+logical=$(wc -l < "$WORK/logical.ops")
+dump read_committed "$T.results" | jq -r '"\(.key) \(.payload | fromjson | "\(.op_id) \(.event_key) \(.outcome)")"' > "$WORK/results"
+uncommitted=$(dump read_uncommitted "$T.results" | wc -l)
+records=$(wc -l < "$WORK/results")
+keys=$(awk '{print $1}' "$WORK/results" | sort -u | wc -l)
+awk '{print $1}' "$WORK/results" | sort | uniq -c | awk '$1 > 1 {print $2 " x" $1}' > "$WORK/keys.multi"
+awk '$1 != $3' "$WORK/results" > "$WORK/keys.mismatch"
+awk '{print $2, $3}' "$WORK/results" | sort -u | awk '{print $1}' | uniq -c | awk '$1 > 1 {print $2}' > "$WORK/ops.multi"
+awk '{print $2}' "$WORK/results" | sort -u | comm -23 "$WORK/logical.ops" - > "$WORK/ops.missing"
+failed=$(awk '$4 != "fetched"' "$WORK/results" | wc -l)
+dump read_committed "$T.conflicts" | jq -r '.payload | fromjson | "\(.op_id) \(.conflicting_request_hash)"' > "$WORK/conflicts"
+sort "$WORK/conflicts" | uniq -d > "$WORK/conflicts.multi"
+awk '{print $1}' "$WORK/conflicts" | sort -u > "$WORK/conflict.ops"
+jq -r 'select(.job_key) | "default:" + .job_key' "$WORK/logical.ndjson" | sort -u | comm -23 - "$WORK/conflict.ops" > "$WORK/conflicts.missing"
+dlq=$(dump read_committed "$T.dlq" | wc -l)
+# origin fetches (200s of this test), and per phase the URLs fetched again
+# (fetched before, anywhere in the run) in that phase's part of the access log
+m0=${PH_MARK[0]}
+bounds=""
+for (( i = 0; i < ${#PH_MARK[@]}; i++ )); do bounds+="$(( PH_MARK[i] - m0 )) "; done
+read -r -a per_phase < <(tail -n +"$(( m0 + 1 ))" "$ORIGIN_ACCESS_LOG" | awk -v t="t=$T" -v b="$bounds" '
+  BEGIN {n = split(b, lo, " ")}
+  index($0, t) && $(NF-1) == 200 {
+    fetches++
+    if (seen[$3]++) {p = 1; for (i = 2; i <= n; i++) if (NR > lo[i]) p = i; again[p]++}
+  }
+  END {printf "%d", fetches; for (i = 1; i <= n; i++) printf " %d", again[i]; print ""}')
+fetches=${per_phase[0]}
+extra=$(( fetches - logical ))
+phases=""
+for (( i = 0; i < ${#PH_NAME[@]}; i++ )); do phases+="${PH_NAME[i]} ${per_phase[i + 1]}, "; done
+read -r lag_parts lag < <(committed_lag "$T")
+echo "messages $total, logical jobs $logical, origin fetches $fetches (extra $extra; fetched again per phase: ${phases%, })"
+echo "results read_committed $records records, $keys distinct event_keys ($(wc -l < "$WORK/keys.multi") with more than one record, $(wc -l < "$WORK/keys.mismatch") keyed otherwise than their event_key); read_uncommitted $uncommitted records"
+echo "logical jobs with more than one event_key $(wc -l < "$WORK/ops.multi"), without a result $(wc -l < "$WORK/ops.missing"), failed results $failed; DLQ records $dlq"
+echo "conflicts $nconf, reported $(wc -l < "$WORK/conflict.ops") ($(wc -l < "$WORK/conflicts") records, $(wc -l < "$WORK/conflicts.multi") reported more than once), never reported $(wc -l < "$WORK/conflicts.missing")"
+echo "supervisor restarts (exit 1): ${#RESTARTS[@]}${RESTARTS[*]:+: ${RESTARTS[*]}}"
+echo "transactions committed/aborted (the last run of each): a ${TX_C[a]}/${TX_A[a]}, b ${TX_C[b]}/${TX_A[b]}, c ${TX_C[c]}/${TX_A[c]}; committed offsets on $lag_parts of $PARTITIONS partitions, $lag messages past them"
+
+failures=()
+(( logical == L )) || failures+=("logical jobs (distinct op_ids of the receipts) $logical, not $L")
+[ -s "$WORK/keys.multi" ] && failures+=("$(wc -l < "$WORK/keys.multi") event_keys have more than one committed result record (e.g. $(head -n 1 "$WORK/keys.multi"))")
+(( keys == logical )) || failures+=("$keys distinct event_keys on the results topic (read_committed), not $logical (the logical jobs)")
+[ -s "$WORK/keys.mismatch" ] && failures+=("$(wc -l < "$WORK/keys.mismatch") result records keyed otherwise than their event_key (e.g. $(head -n 1 "$WORK/keys.mismatch"))")
+[ -s "$WORK/ops.multi" ] && failures+=("$(wc -l < "$WORK/ops.multi") logical jobs have more than one event_key on the results topic (e.g. $(head -n 1 "$WORK/ops.multi"))")
+[ -s "$WORK/ops.missing" ] && failures+=("$(wc -l < "$WORK/ops.missing") logical jobs have no committed result (e.g. $(head -n 1 "$WORK/ops.missing"))")
+(( failed == 0 )) || failures+=("$failed results are not outcome fetched")
+[ -s "$WORK/conflicts.missing" ] && failures+=("$(wc -l < "$WORK/conflicts.missing") of $nconf conflicts never reported (e.g. $(head -n 1 "$WORK/conflicts.missing"))")
+[ -s "$WORK/conflicts.multi" ] && failures+=("$(wc -l < "$WORK/conflicts.multi") conflicts reported more than once (e.g. $(head -n 1 "$WORK/conflicts.multi"))")
+(( extra >= 0 )) || failures+=("fewer origin fetches ($fetches) than logical jobs ($logical)")
+(( extra <= 4 * MAXIN )) || failures+=("origin fetches $fetches - logical jobs $logical = $extra > $(( 4 * MAXIN )) (4 disruptions x fetch.max_inflight $MAXIN)")
+(( c_abort_log )) || failures+=("c (DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3) logged no \"transaction aborted\" within 30 s")
+[[ $c_aborted =~ ^[0-9]+$ ]] && (( c_aborted >= 1 )) || failures+=("c's dedupd_transactions_aborted_total after its abort is $c_aborted, not >= 1")
+(( ${#NO_UNCLEAN[@]} == 0 )) || failures+=("started again after an unclean end without an \"unclean exit\" line: ${NO_UNCLEAN[*]}")
+(( lag_parts == PARTITIONS && lag == 0 )) || failures+=("committed offsets on $lag_parts of $PARTITIONS partitions, $lag messages past them")
+(( ${#failures[@]} == 0 )) || fail "$(printf '%s; ' "${failures[@]}")"
+ok "each of $logical logical jobs has one committed result under one event_key, every conflict reported once, $extra extra origin fetches (<= $(( 4 * MAXIN ))), c's abort counted ($c_aborted)"
