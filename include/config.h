@@ -96,9 +96,14 @@ struct cfg {
     int64_t tail_ttl_ms;
     int64_t shutdown_grace_ms;
     int64_t rebalance_grace_ms;
+    char *processing_guarantee; /**< "at_least_once" or "exactly_once" */
+    int64_t processing_commit_interval_ms, processing_transaction_timeout_ms;
     /** kafka.* pass-through pairs (name without "kafka.", value). */
     struct cfg_strlist kafka_names, kafka_values;
 };
+
+/** @returns whether \p cfg asks for processing.guarantee exactly_once. */
+bool cfg_exactly_once(const struct cfg *cfg);
 
 /**
  * @brief Load the configuration: defaults, then \p path (may be NULL), then the

@@ -89,6 +89,17 @@ struct consumer_handles {
     struct changelog_info changelog; /**< the changelog's partitions and
                                           retention (changelog_ensure) */
     struct changelog_restorer *restorer; /**< its restore consumer */
+    bool exactly_once;          /**< processing.guarantee exactly_once: the
+                                     producer is transactional */
+    bool wipe;                  /**< exactly_once: a transaction was aborted;
+                                     the local copy is dropped at the next
+                                     consumer_handles_open (run again) */
+    char *eos_marker;           /**< exactly_once: the store's "open" marker
+                                     file (consumer_handles_close removes it
+                                     when clean), or NULL */
+    bool clean;                 /**< exactly_once: the run ended with its
+                                     last transaction committed and nothing
+                                     unacknowledged: the copy is kept */
 };
 
 struct store_conf;

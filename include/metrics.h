@@ -86,6 +86,8 @@ enum metrics_counter {
                                           acknowledged by the broker */
     METRICS_JOBS_MISROUTED,           /**< dedupd_jobs_misrouted_total */
     METRICS_RELEASES,                /**< dedupd_releases_total */
+    METRICS_TXN_COMMITTED,           /**< dedupd_transactions_committed_total */
+    METRICS_TXN_ABORTED,             /**< dedupd_transactions_aborted_total */
     METRICS_COUNTER__N
 };
 

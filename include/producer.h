@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "err.h"
 
 struct producer;
@@ -47,6 +49,69 @@ typedef void(producer_dr_cb)(void *opaque, dd_err_t err, const char *errtext,
 dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
                       struct producer **out, char *errstr,
                       size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Create the transactional producer of processing.guarantee
+ *        exactly_once (DESIGN.md section 6): producer_new()'s settings plus
+ *        transactional.id \p transactional_id (borrowed; the caller's
+ *        `<consumer.group_id>-<instance.id>`) and transaction.timeout.ms
+ *        processing.transaction_timeout_ms, then init_transactions, which
+ *        fences an earlier producer of the same id and aborts its open
+ *        transaction (KIP-98).  Every message it sends belongs to the open
+ *        transaction: producer_txn_begin() first.
+ * @param timeout_ms  For init_transactions (blocks the calling thread).
+ * @returns DD_OK; DD_ERR_INVAL (config: errstr names the key);
+ *          DD_ERR_TIMEOUT (the coordinator did not answer: retriable);
+ *          DD_ERR_FATAL (errstr: librdkafka's text and error name).
+ */
+dd_err_t producer_new_txn(const struct cfg *cfg, producer_dr_cb *dr,
+                          const char *transactional_id, int timeout_ms,
+                          struct producer **out, char *errstr,
+                          size_t errstr_size) DD_WUR;
+
+/*
+ * Transactions (producer_new_txn() producers only; librdkafka's
+ * rd_kafka_*_transaction, whose error classes map to):
+ *   DD_OK;
+ *   DD_ERR_TIMEOUT  retriable: call the same function again;
+ *   DD_ERR_STATE    abortable: producer_txn_abort(), then begin anew (the
+ *                   transaction's messages and offsets are void);
+ *   DD_ERR_FATAL    fatal (fenced by a newer producer of the same
+ *                   transactional.id, or the coordinator timed the
+ *                   transaction out): the producer accepts nothing more.
+ * errstr then holds librdkafka's text and error name.  All block the
+ * calling thread (the pipeline's) for at most \p timeout_ms; the commit and
+ * the abort serve the delivery reports of the transaction's messages first
+ * (the dr callback runs inside them).
+ */
+
+/** @brief Begin a transaction (local; no broker request). */
+dd_err_t producer_txn_begin(struct producer *p, char *errstr,
+                            size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Add the consumed \p offsets (next offset to consume per partition,
+ *        borrowed) of \p consumer's group to the open transaction, with the
+ *        consumer's group metadata (generation, member id: KIP-447), so a
+ *        member fenced by a rebalance cannot commit them: its transaction
+ *        becomes abortable.
+ */
+dd_err_t producer_txn_send_offsets(struct producer *p, rd_kafka_t *consumer,
+                                   const rd_kafka_topic_partition_list_t *offsets,
+                                   int timeout_ms, char *errstr,
+                                   size_t errstr_size) DD_WUR;
+
+/** @brief Flush and commit the open transaction. */
+dd_err_t producer_txn_commit(struct producer *p, int timeout_ms,
+                             char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Abort the open transaction: messages not yet delivered are purged
+ *        (their reports come back failed), the delivered ones stay invisible
+ *        to read_committed consumers.
+ */
+dd_err_t producer_txn_abort(struct producer *p, int timeout_ms, char *errstr,
+                            size_t errstr_size) DD_WUR;
 
 /**
  * @brief Produce one message (copied).  The partition comes from the key.

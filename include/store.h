@@ -180,6 +180,16 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
  */
 void store_close(struct store *store);
 
+/**
+ * @brief Drop the store at \p path whole (rocksdb_destroy_db: its files,
+ *        then the directory when empty), as processing.guarantee
+ *        exactly_once does with a copy that may hold uncommitted decisions
+ *        (DESIGN.md section 6).  Not open anywhere: RocksDB's LOCK refuses a
+ *        store another process holds.  A missing store is DD_OK.
+ * @returns DD_OK; DD_ERR_IO (errstr: the path and RocksDB's message).
+ */
+dd_err_t store_drop(const char *path, char *errstr, size_t errstr_size) DD_WUR;
+
 /** @returns this run's lease owner string "<instance>#<run_id>" (borrowed). */
 const char *store_owner(const struct store *store);
 

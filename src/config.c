@@ -219,6 +219,22 @@ static const struct cfg_option cfg_options[] = {
      "finish (and their results and changelog records to be acknowledged) "
      "before releasing what did not finish; at least fetch.timeout_ms + "
      "kafka.request.timeout.ms and below kafka.max.poll.interval.ms."},
+    {"processing.guarantee", CFG_STR, CFG_OFF(processing_guarantee), 0, 0,
+     "at_least_once", "", 0,
+     "at_least_once (results may repeat under their event_key after a "
+     "crash, revoke or zombie: consumers drop replays) or exactly_once (one "
+     "Kafka transaction per commit interval holds results, DLQ and conflict "
+     "records, changelog records and the consumed offsets: a read_committed "
+     "consumer sees each event_key once; DESIGN.md section 6)."},
+    {"processing.commit_interval_ms", CFG_INT,
+     CFG_OFF(processing_commit_interval_ms), 10, 2000, "100", "ms", 0,
+     "exactly_once: how often the open transaction is committed (results "
+     "become visible to read_committed consumers then)."},
+    {"processing.transaction_timeout_ms", CFG_INT,
+     CFG_OFF(processing_transaction_timeout_ms), 1000, 900000, "10000", "ms", 0,
+     "exactly_once: the producer's transaction.timeout.ms: the coordinator "
+     "aborts a transaction open longer (a zombie's, a broker outage's); a "
+     "new owner of its partitions waits at most this long for it."},
 };
 
 #define N_OPTIONS (sizeof(cfg_options) / sizeof(cfg_options[0]))
@@ -947,6 +963,14 @@ static dd_err_t check_rules(const struct cfg *cfg, const char *src,
                       (long long)cfg->store_ops_ttl_ms);
         return DD_ERR_INVAL;
     }
+    if (strcmp(cfg->processing_guarantee, "at_least_once") &&
+        strcmp(cfg->processing_guarantee, "exactly_once")) {
+        dd_errstr_set(errstr, errstr_size,
+                      "%s: processing.guarantee: '%s' is not one of "
+                      "at_least_once, exactly_once", src,
+                      cfg->processing_guarantee);
+        return DD_ERR_INVAL;
+    }
     dd_err_t err = check_grace(cfg, src, errstr, errstr_size);
     if (!err)
         err = check_blocked_statuses(cfg, src, errstr, errstr_size);
@@ -1107,4 +1131,9 @@ void cfg_doc_markdown(FILE *fp)
                 o->name, env, tn[o->type], o->vdef, range, o->unit, o->desc,
                 (o->flags & CFG_F_SECRET) ? " (secret: never logged)" : "");
     }
+}
+
+bool cfg_exactly_once(const struct cfg *cfg)
+{
+    return !strcmp(cfg->processing_guarantee, "exactly_once");
 }

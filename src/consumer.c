@@ -54,6 +54,10 @@ void consumer_msg_done(struct pipeline *pl, struct pmsg *pm)
 void consumer_offsets_store(struct pipeline *pl,
                           const struct partitions_offset *o, size_t n)
 {
+    if (pl->eos) { /* they go with the next transaction */
+        consumer_txn_offsets(pl, o, n);
+        return;
+    }
     rd_kafka_topic_partition_list_t *l =
         rd_kafka_topic_partition_list_new((int)n);
     for (size_t i = 0; i < n; i++)
@@ -1368,7 +1372,7 @@ void consumer_release_durable(struct pipeline *pl)
 static bool idle(struct pipeline *pl)
 {
     return pl->n_ops == 0 && pl->pending_out == 0 && pl->retry == NULL &&
-           pl->blocked == NULL;
+           pl->blocked == NULL && !(pl->eos && pl->txn_dirty);
 }
 
 /* ---- run ------------------------------------------------------------------ */
@@ -1415,6 +1419,7 @@ static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
     if (pl->fetch)
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
     api_hurry_watch(pl->api, opts->hurry);
+    consumer_txn_init(pl);
 }
 
 /* Poll up to POLL_BATCH messages (at most \p room: every message may be a
@@ -1473,6 +1478,10 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
     char cause[DD_ERRSTR_SIZE];
     for (;;) {
         bool stopping = !*opts->run;
+        if (pl->fatal) { /* a rebalance or a transaction's end */
+            dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
+            return pl->fatal;
+        }
         if (consumer_stop_store_broken(pl, cause, sizeof(cause)))
             return consumer_stop_store_failed(pl, cause, errstr, errstr_size);
         if (stopping && !stop_at)
@@ -1526,6 +1535,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
         consumer_shadow_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
+        consumer_txn_tick(pl);
         if (!stopping && idle_exit(pl))
             return DD_OK;
     }
@@ -1538,6 +1548,13 @@ static void pipeline_fini(struct pipeline *pl)
 {
     rd_kafka_consumer_close(pl->rk);
     pl->h->consumer->pl = NULL;
+    /* exactly_once: the copy is kept only when it is what the last
+     * transaction committed (the close's revoke committed it) */
+    pl->h->clean = pl->eos && !pl->fatal && !consumer_stop_hurried(pl) &&
+                   !pl->txn_dirty && !pl->txn_fail[0] && pl->n_ops == 0 &&
+                   pl->pending_out == 0 && !pl->retry &&
+                   store_outbox_pending(pl->store) == 0;
+    consumer_txn_fini(pl);
     if (pl->fetch) {
         struct fetch_stats fs;
         fetch_stats_get(pl->fetch, &fs);
@@ -1611,7 +1628,12 @@ dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
     log_msg(LOG_INFO, "consumer",
             "running: instance %s run %s, group %s, topic %s",
             cfg->instance_id, h->run_id, cfg->group_id, cfg->topic_jobs);
-    err = run_loop(pl, errstr, errstr_size);
+    if (!pl->fatal)
+        err = run_loop(pl, errstr, errstr_size);
+    else
+        err = pl->fatal;
+    if (pl->fatal && err == pl->fatal)
+        dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
     consumer_stop_leave(pl, err);
 out:
     pipeline_fini(pl);
@@ -1651,13 +1673,18 @@ static bool strategy_refused(const rd_kafka_conf_t *kc, char *errstr,
 static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
                              char *errstr, size_t errstr_size)
 {
+    /* exactly_once: offsets go with the transactions only, and the jobs
+     * re-routed in an aborted transaction are never read (pinned: kafka.*
+     * cannot override them) */
+    bool eos = cfg_exactly_once(cfg);
     const char *fixed[] = {
         "group.id", cfg->group_id,
         "enable.auto.offset.store", "false",
-        "enable.auto.commit", "true",
+        "enable.auto.commit", eos ? "false" : "true",
         "auto.commit.interval.ms", "1000",
         "auto.offset.reset", "earliest",
         "enable.partition.eof", "true",
+        eos ? "isolation.level" : NULL, "read_committed",
         NULL, NULL, NULL};
     rd_kafka_conf_t *kc = NULL;
     dd_err_t err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
@@ -1728,12 +1755,20 @@ dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
     consumer_store_conf(cfg, cfg->store_path, h->run_id, &sc);
     struct job_conf jc;
     job_conf_of(cfg, &jc);
-    dd_err_t err = store_open(&sc, &h->store, errstr, errstr_size);
+    h->exactly_once = cfg_exactly_once(cfg);
+    dd_err_t err = h->exactly_once
+                       ? consumer_txn_store_open(cfg, &sc, &h->store,
+                                                 &h->eos_marker, errstr,
+                                                 errstr_size)
+                       : store_open(&sc, &h->store, errstr, errstr_size);
     if (!err)
         err = changelog_ensure(cfg, &h->changelog, errstr, errstr_size);
     if (!err)
         err = changelog_restorer_new(cfg, &h->restorer, errstr, errstr_size);
-    if (!err)
+    if (!err && h->exactly_once)
+        err = consumer_txn_producer_new(cfg, &h->producer, errstr,
+                                        errstr_size);
+    else if (!err)
         err = producer_new(cfg, consumer_out_dr, &h->producer, errstr,
                            errstr_size);
     if (!err)

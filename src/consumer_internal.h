@@ -177,6 +177,19 @@ struct pipeline {
                              revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
     char fatal_msg[DD_ERRSTR_SIZE];
+    /* processing.guarantee exactly_once (consumer_txn.c) */
+    bool eos;
+    bool txn_dirty;       /* produced or an offset moved since the last
+                             commit */
+    char txn_fail[DD_ERRSTR_SIZE]; /* why the open transaction must be
+                                      aborted ("" none), set where aborting
+                                      is not allowed (delivery reports) */
+    int64_t txn_next_ms;  /* the next commit is due then */
+    int64_t *txn_offsets; /* per jobs partition: the offset the next commit
+                             sends (next to consume), -1 none */
+    int32_t n_txn_offsets;
+    long txn_fail_abort_after; /* failpoint DEDUPD_FAILPOINT_TXN_ABORT_AFTER */
+    uint64_t txn_commits;
 };
 
 /* The jobs topic's consumer: librdkafka's rebalance callback reaches the
@@ -278,6 +291,80 @@ void consumer_stop_leave(struct pipeline *pl, dd_err_t err);
  * the partitions it takes and clears the state (librdkafka 2.0.2 would keep
  * the pause across unassign and assign).  Logs each change. */
 void consumer_backpressure(struct pipeline *pl, bool on);
+
+/* ---- consumer_txn.c ------------------------------------------------------ */
+
+/* processing.guarantee exactly_once (DESIGN.md section 6): the transactional
+ * producer's transaction over the pipeline's output and offsets.  Nothing
+ * here runs unless pl->eos. */
+
+/* Open the store at sc->path for exactly_once: when its marker file
+ * (`<store.path>.eos-open`) is there, the last run did not end clean (a
+ * kill, a crash, an abort, a fenced producer, a hurried stop): the copy may
+ * hold decisions no committed transaction holds, so it is dropped first
+ * (store_drop) and the restore rebuilds it from the changelog.  Then the
+ * marker is written (fsync'd) for this run.  *\p marker: its path, owned
+ * (consumer_txn_store_closed frees it).  @returns store_open's errors;
+ * DD_ERR_IO (the marker or the drop failed: errstr). */
+dd_err_t consumer_txn_store_open(const struct cfg *cfg,
+                                 const struct store_conf *sc,
+                                 struct store **out, char **marker,
+                                 char *errstr, size_t errstr_size);
+
+/* The store is closed: remove the marker \p marker (NULL: nothing) when
+ * the run ended \p clean; frees \p marker. */
+void consumer_txn_store_closed(char *marker, bool clean);
+
+/* The exactly_once producer (producer_new_txn): transactional.id
+ * `<consumer.group_id>-<instance.id>`. */
+dd_err_t consumer_txn_producer_new(const struct cfg *cfg,
+                                   struct producer **out, char *errstr,
+                                   size_t errstr_size);
+
+/* A fatal transactional producer error (\p e): fenced, stop (pl->fatal);
+ * the next start drops the local copy. */
+void consumer_txn_fenced(struct pipeline *pl, const char *e);
+
+/* Set up (offsets per partition, the failpoint) and begin the first
+ * transaction; a failure is pl->fatal. */
+void consumer_txn_init(struct pipeline *pl);
+
+/* Free what consumer_txn_init allocated. */
+void consumer_txn_fini(struct pipeline *pl);
+
+/* Commit points of the pipeline (instead of rd_kafka_offsets_store): sent
+ * with the next commit. */
+void consumer_txn_offsets(struct pipeline *pl,
+                          const struct partitions_offset *o, size_t n);
+
+/* An assignment: \p committed holds its committed offsets (fetched
+ * stable, rd_kafka_committed); each valid one is sent with every commit
+ * until the partition's commit point moves, so a fenced member's
+ * transaction is refused (KIP-447) even when nothing moved. */
+void consumer_txn_assigned(struct pipeline *pl,
+                           const rd_kafka_topic_partition_list_t *committed);
+
+/* A revoke: partitions \p ids are no longer sent. */
+void consumer_txn_revoked(struct pipeline *pl, const int32_t *ids, size_t n);
+
+/* Settle (every message of the transaction delivered, what their reports
+ * produce delivered too), send the offsets, commit, begin the next.
+ * \p why names the occasion in logs.  @returns whether it committed; if
+ * not, pl->fatal says why (an abort sets pl->h->wipe). */
+bool consumer_txn_commit(struct pipeline *pl, const char *why);
+
+/* The run loop's turn: abort when a report asked for it, commit when due. */
+void consumer_txn_tick(struct pipeline *pl);
+
+/* The open transaction must be aborted (\p cause): from a delivery report
+ * or a rebalance callback, where aborting is not allowed; the next
+ * consumer_txn_tick does it. */
+void consumer_txn_fail(struct pipeline *pl, const char *cause);
+
+/* Abort the open transaction now (\p cause): its messages are purged,
+ * the run ends (pl->fatal, pl->leave_now) and the local copy is dropped
+ * before the next run (pl->h->wipe). */
+void consumer_txn_abort(struct pipeline *pl, const char *cause);
 
 /* ---- consumer_out.c ------------------------------------------------------- */
 

@@ -70,6 +70,7 @@ void consumer_out_send(struct pipeline *pl, struct outmsg *m)
                                       err, sizeof(err));
         if (e == DD_OK) {
             pl->pending_out++;
+            pl->txn_dirty = true;
             return;
         }
         if (e == DD_ERR_TRANSIENT) {
@@ -219,6 +220,16 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
     pl->pending_out--;
     if (pl->closing) { /* the end of the run: freed with the retry list */
         out_retry_later(pl, m, 0);
+        return;
+    }
+    if (err && pl->eos) {
+        /* a failed message makes its transaction abortable: never sent
+         * again within it (freed with the retry list at the end) */
+        char cause[DD_ERRSTR_SIZE];
+        dd_errstr_set(cause, sizeof(cause), "delivery to %s failed: %s",
+                      m->topic, errtext);
+        consumer_txn_fail(pl, cause);
+        out_retry_later(pl, m, 3600 * 1000);
         return;
     }
     if (err) {
@@ -386,7 +397,13 @@ void consumer_out_producer_check(struct pipeline *pl)
                                 "DEDUPD_FAILPOINT_PRODUCER_FATAL_AFTER"))
             log_msg(LOG_WARNING, "producer", "failpoint: no fatal error raised");
     }
-    if (producer_fatal(pl->h->producer))
-        producer_reset(pl);
+    if (!producer_fatal(pl->h->producer))
+        return;
+    if (pl->eos) { /* a transactional producer is never replaced: fenced */
+        if (!pl->fatal)
+            consumer_txn_fenced(pl, "fatal producer error");
+        return;
+    }
+    producer_reset(pl);
 }
 

@@ -108,6 +108,39 @@ static void assign_restore(struct pipeline *pl, const int32_t *ids, size_t n)
                                pl->identity, strlen(pl->identity), NULL);
 }
 
+/* exactly_once: fetch the committed offsets of \p parts before the
+ * restore.  Under read_committed librdkafka asks for stable offsets
+ * (OffsetFetch require_stable, KIP-447): the answer waits until no
+ * transaction holding offsets of these partitions is open, so a zombie's
+ * last transaction has committed (its changelog records are then visible to
+ * the restore) or aborted.  The offsets found are sent with every commit
+ * until the partition moves (consumer_txn_assigned). */
+static void assign_committed(struct pipeline *pl, rd_kafka_t *rk,
+                             const rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *c =
+        rd_kafka_topic_partition_list_copy(parts);
+    int timeout = (int)pl->cfg->processing_transaction_timeout_ms + 30000;
+    int64_t t0 = dd_now_ms();
+    rd_kafka_resp_err_t e = rd_kafka_committed(rk, c, timeout);
+    if (e) {
+        pl->fatal = DD_ERR_FATAL;
+        dd_errstr_set(pl->fatal_msg, sizeof(pl->fatal_msg),
+                      "exactly_once: the committed offsets of the assigned "
+                      "partitions (stable, waited %lld ms): %s",
+                      (long long)(dd_now_ms() - t0), rd_kafka_err2str(e));
+        log_msg(LOG_CRIT, "consumer", "%s", pl->fatal_msg);
+    } else {
+        consumer_txn_assigned(pl, c);
+        if (dd_now_ms() - t0 >= 1000)
+            log_msg(LOG_INFO, "consumer",
+                    "exactly_once: waited %lld ms for stable committed "
+                    "offsets (a transaction of the partitions' last owner "
+                    "was open)", (long long)(dd_now_ms() - t0));
+    }
+    rd_kafka_topic_partition_list_destroy(c);
+}
+
 static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
                       rd_kafka_topic_partition_list_t *parts)
 {
@@ -118,7 +151,9 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
     log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
     rd_kafka_assign(rk, parts);
     metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, (int64_t)n);
-    if (pl->restorer)
+    if (pl->eos)
+        assign_committed(pl, rk, parts);
+    if (pl->restorer && !pl->fatal)
         assign_restore(pl, ids, n);
     if (plan.ready && !pl->fatal) {
         pl->restored_once = true;
@@ -295,8 +330,15 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
         partitions_revoke(pl->parts, ids, n, &plan);
     if (plan.n_store)
         consumer_offsets_store(pl, plan.store, plan.n_store);
-    if (plan.commit) /* hurried: not waited for (the close commits too) */
+    if (pl->eos && lost) /* its offsets would be refused (KIP-447) */
+        consumer_txn_fail(pl, "assignment lost");
+    else if (pl->eos && plan.commit && !hurried(pl))
+        consumer_txn_commit(pl, "revoke");
+    else if (!pl->eos && plan.commit) /* hurried: not waited for (the close
+                                         commits too) */
         rd_kafka_commit(rk, NULL, hurried(pl) ? 1 : 0);
+    if (pl->eos)
+        consumer_txn_revoked(pl, ids, n);
     if (lost)
         log_msg(LOG_WARNING, "consumer",
                 "assignment lost: %d partitions given up without draining or "

@@ -154,6 +154,13 @@ void consumer_stop_leave(struct pipeline *pl, dd_err_t err)
     }
     consumer_release_durable(pl);
     consumer_flush_offsets(pl);
+    /* exactly_once: the last transaction (not after a failure or when
+     * hurried: the next start drops the copy) */
+    if (pl->eos) {
+        if (!err && !hurried)
+            consumer_txn_commit(pl, "stop");
+        return;
+    }
     /* hurried: the commit goes out, nobody waits for it (the close commits
      * the stored offsets again) */
     rd_kafka_commit(pl->rk, NULL, hurried ? 1 : 0);

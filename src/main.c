@@ -169,10 +169,21 @@ static int cmd_run(int argc, char **argv)
     struct consumer_stats st = {0};
     struct consumer_handles h;
     char e[DD_ERRSTR_SIZE];
-    dd_err_t err = consumer_handles_open(cfg, opts.shadow, &h, e, sizeof(e));
-    if (!err)
-        err = consumer_run(cfg, &h, &opts, &st, e, sizeof(e));
-    consumer_handles_close(&h);
+    dd_err_t err;
+    for (unsigned restarts = 0;; restarts++) {
+        err = consumer_handles_open(cfg, opts.shadow, &h, e, sizeof(e));
+        if (!err)
+            err = consumer_run(cfg, &h, &opts, &st, e, sizeof(e));
+        /* exactly_once: an aborted transaction drops the local copy (the
+         * next open does) and the pipeline starts again: rejoin, restore */
+        bool again = err && h.wipe && run && !hurry && restarts < 1000;
+        consumer_handles_close(&h);
+        if (!again)
+            break;
+        log_msg(LOG_WARNING, "main", "%s; starting the pipeline again (%u)",
+                e, restarts + 1);
+        sleep(1);
+    }
     if (err)
         log_msg(LOG_ERR, "main", "%s", e);
     if (stats_json)

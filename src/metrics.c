@@ -90,6 +90,10 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "Jobs that arrived on another partition than their op_id's (re-produced there keyed by op_id)."},
     [METRICS_RELEASES] = {"dedupd_releases_total",
         "Unfinished ops released at a revoke (their next owner takes them at once)."},
+    [METRICS_TXN_COMMITTED] = {"dedupd_transactions_committed_total",
+        "exactly_once: transactions committed (results, records and offsets made visible)."},
+    [METRICS_TXN_ABORTED] = {"dedupd_transactions_aborted_total",
+        "exactly_once: transactions aborted (the local copy was dropped and restored from the changelog)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {

@@ -2,6 +2,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,14 +48,21 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
             rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
 }
 
-dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
-                      struct producer **out, char *errstr, size_t errstr_size)
+/* The producer of producer_new() (\p txn_id NULL) or producer_new_txn(). */
+static dd_err_t producer_create(const struct cfg *cfg, producer_dr_cb *dr,
+                                const char *txn_id, struct producer **out,
+                                char *errstr, size_t errstr_size)
 {
-    static const char *const fixed[] = {
+    char txn_timeout[24];
+    snprintf(txn_timeout, sizeof(txn_timeout), "%lld",
+             (long long)cfg->processing_transaction_timeout_ms);
+    const char *const fixed[] = {
         "enable.idempotence", "true",
         "acks", "all",
         "partitioner", "murmur2_random",
         "linger.ms", "5",
+        txn_id ? "transactional.id" : NULL, txn_id,
+        "transaction.timeout.ms", txn_timeout,
         NULL};
     struct producer *p = dd_xcalloc(1, sizeof(*p), "producer");
     p->dr = dr;
@@ -85,6 +93,90 @@ dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
     }
     *out = p;
     return DD_OK;
+}
+
+dd_err_t producer_new(const struct cfg *cfg, producer_dr_cb *dr,
+                      struct producer **out, char *errstr, size_t errstr_size)
+{
+    return producer_create(cfg, dr, NULL, out, errstr, errstr_size);
+}
+
+/* librdkafka's transactional error, classified (rd_kafka_error_is_fatal,
+ * _txn_requires_abort, _is_retriable; INTRODUCTION.md "Transactional
+ * producer error handling") and freed; \p what names the call. */
+static dd_err_t txn_err(rd_kafka_error_t *e, const char *what, char *errstr,
+                        size_t errstr_size)
+{
+    if (!e)
+        return DD_OK;
+    dd_err_t r = rd_kafka_error_is_fatal(e)              ? DD_ERR_FATAL
+                 : rd_kafka_error_txn_requires_abort(e) ? DD_ERR_STATE
+                 : rd_kafka_error_is_retriable(e)       ? DD_ERR_TIMEOUT
+                                                        : DD_ERR_FATAL;
+    dd_errstr_set(errstr, errstr_size, "%s: %s (%s)", what,
+                  rd_kafka_error_string(e), rd_kafka_error_name(e));
+    rd_kafka_error_destroy(e);
+    return r;
+}
+
+dd_err_t producer_new_txn(const struct cfg *cfg, producer_dr_cb *dr,
+                          const char *transactional_id, int timeout_ms,
+                          struct producer **out, char *errstr,
+                          size_t errstr_size)
+{
+    struct producer *p = NULL;
+    dd_err_t err = producer_create(cfg, dr, transactional_id, &p, errstr,
+                                   errstr_size);
+    if (err)
+        return err;
+    err = txn_err(rd_kafka_init_transactions(p->rk, timeout_ms),
+                  "init_transactions", errstr, errstr_size);
+    if (err) {
+        producer_destroy(p);
+        return err == DD_ERR_TIMEOUT ? DD_ERR_TIMEOUT : DD_ERR_FATAL;
+    }
+    *out = p;
+    return DD_OK;
+}
+
+dd_err_t producer_txn_begin(struct producer *p, char *errstr,
+                            size_t errstr_size)
+{
+    return txn_err(rd_kafka_begin_transaction(p->rk), "begin_transaction",
+                   errstr, errstr_size);
+}
+
+dd_err_t producer_txn_send_offsets(struct producer *p, rd_kafka_t *consumer,
+                                   const rd_kafka_topic_partition_list_t *offsets,
+                                   int timeout_ms, char *errstr,
+                                   size_t errstr_size)
+{
+    rd_kafka_consumer_group_metadata_t *md =
+        rd_kafka_consumer_group_metadata(consumer);
+    if (!md) {
+        dd_errstr_set(errstr, errstr_size,
+                      "send_offsets_to_transaction: no consumer group "
+                      "metadata");
+        return DD_ERR_STATE;
+    }
+    rd_kafka_error_t *e = rd_kafka_send_offsets_to_transaction(
+        p->rk, offsets, md, timeout_ms);
+    rd_kafka_consumer_group_metadata_destroy(md);
+    return txn_err(e, "send_offsets_to_transaction", errstr, errstr_size);
+}
+
+dd_err_t producer_txn_commit(struct producer *p, int timeout_ms,
+                             char *errstr, size_t errstr_size)
+{
+    return txn_err(rd_kafka_commit_transaction(p->rk, timeout_ms),
+                   "commit_transaction", errstr, errstr_size);
+}
+
+dd_err_t producer_txn_abort(struct producer *p, int timeout_ms, char *errstr,
+                            size_t errstr_size)
+{
+    return txn_err(rd_kafka_abort_transaction(p->rk, timeout_ms),
+                   "abort_transaction", errstr, errstr_size);
 }
 
 dd_err_t producer_send(struct producer *p, const char *topic, const void *key,

@@ -850,3 +850,17 @@ void store_set_filter_clock(struct store *s, int64_t now_ms)
 {
     atomic_store(&s->filter_clock_ms, now_ms);
 }
+
+dd_err_t store_drop(const char *path, char *errstr, size_t errstr_size)
+{
+    rocksdb_options_t *o = rocksdb_options_create();
+    char *err = NULL;
+    rocksdb_destroy_db(o, path, &err);
+    rocksdb_options_destroy(o);
+    if (err) {
+        dd_errstr_set(errstr, errstr_size, "store_drop(%s): %s", path, err);
+        rocksdb_free(err);
+        return DD_ERR_IO;
+    }
+    return DD_OK;
+}
