@@ -26,7 +26,9 @@
 #       (bench/latency: produced -> result visible), vs one Kafka hop
 #       (produce -> consume) at the same load.
 #   5b  the same at 2k jobs/s (the issue's example load).
-#   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer.
+#   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer (6b
+#       store.sync=false, 6c processing.guarantee=exactly_once: same topic,
+#       fresh store and group each).
 #   6b  the same with store.sync=false (what the per-op fsync costs).
 #   7   changelog restore (issue 12): one changelog partition filled with N
 #       op records (bench/changelog_fill), restored into a fresh store by
@@ -472,6 +474,17 @@ s6() {
     "$(fmt "$(jget .messages_per_second "$st_b")") msg/s" \
     "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$(jq -c '. + {store_sync: false}' <<<"$in")" \
     "$(jq -nc --argjson s "$st_b" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
+  log "6c: same topic, fresh store and group, processing.guarantee=exactly_once"
+  local st_c
+  st_c=$(DEDUPD_PROCESSING__GUARANTEE=exactly_once DEDUPD_STORE__PATH=$d/store-eos \
+    DEDUPD_CONSUMER__GROUP_ID=$t.eos run_dd "$d/run_c.log" --shadow)
+  [ "$(jget .new "$st_c")" = "$uniq" ] || die "6c: expected $uniq new, got: $st_c"
+  row 6c "shadow mode, mixed, exactly_once (transactions every ${DEDUPD_PROCESSING__COMMIT_INTERVAL_MS:-500} ms)" \
+    "$(jget .messages_per_second "$st_c")" "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$(jget .messages_per_second "$st_c")") msg/s ($(echo "scale=2; $(jget .messages_per_second "$st_c") / $(jget .messages_per_second "$st_b")" | bc -l) of 6b's at_least_once)" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" \
+    "$(jq -c '. + {store_sync: false, processing_guarantee: "exactly_once"}' <<<"$in")" \
+    "$(jq -nc --argjson s "$st_c" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
   drop_topics s6
 }
 
