@@ -46,7 +46,8 @@
 # (The new-claim path runs at a few hundred jobs/s here: see the note of
 # issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
 # BENCH_N3, BENCH_N6, BENCH_N7, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
-# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS.
+# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS; BENCH_IDLE_MS (1500) is the idle time
+# after which a scenario's `dedupd run` exits.
 #
 # Every scenario has its own topics (bench.<run>.<scenario>.*, 4 partitions,
 # made by `dedupd topics`), consumer groups and stores (in a temporary
@@ -87,7 +88,7 @@ fi
 LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
 PARTS=4
-IDLE_MS=1500
+IDLE_MS=${BENCH_IDLE_MS:-1500} # how long a `dedupd run` stays idle (all at the end, nothing in flight) before it exits
 CONC=256      # = dedupd's fetch.max_inflight default
 MAX_HOST=64   # = dedupd's CURLMOPT_MAX_HOST_CONNECTIONS
 
@@ -414,6 +415,10 @@ lat_case() {
   local rc=0
   LC_DD=$("$LAT" -b "$KAFKA_BOOTSTRAP" --jobs "$t.jobs" --results "$t.results" --pages "$d/pages" \
     --tag "$t" --rate "$rate" --count "$count" --drain-s "$drain" 2>>"$d/latency.log") || rc=$?
+  # every result is back (or latency gave up): stop the run now rather than
+  # after its 5 s of idleness (it stops on SIGTERM with exit status 0 and
+  # prints its stats; --exit-when-idle still ends it should it be gone)
+  kill -TERM $pid 2>/dev/null || true
   wait $pid || die "$name: dedupd run failed: $(grep -v '"info"' "$d/run.log" | tail -n 3)"
   LC_STATS=$(cat "$d/stats")
   [ $rc = 0 ] || die "$name: latency: not every result came back: $LC_DD $(tail -n 3 "$d/latency.log")"
