@@ -26,7 +26,9 @@
 #       (bench/latency: produced -> result visible), vs one Kafka hop
 #       (produce -> consume) at the same load.
 #   5b  the same at 2k jobs/s (the issue's example load).
-#   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer.
+#   6   shadow mode on 50% new / 50% duplicate jobs vs raw_consumer (6b
+#       store.sync=false, 6c processing.guarantee=exactly_once: same topic,
+#       fresh store and group each).
 #   6b  the same with store.sync=false (what the per-op fsync costs).
 #   7   changelog restore (issue 12): one changelog partition filled with N
 #       op records (bench/changelog_fill), restored into a fresh store by
@@ -44,7 +46,8 @@
 # (The new-claim path runs at a few hundred jobs/s here: see the note of
 # issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
 # BENCH_N3, BENCH_N6, BENCH_N7, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
-# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS.
+# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS; BENCH_IDLE_MS (1500) is the idle time
+# after which a scenario's `dedupd run` exits.
 #
 # Every scenario has its own topics (bench.<run>.<scenario>.*, 4 partitions,
 # made by `dedupd topics`), consumer groups and stores (in a temporary
@@ -85,7 +88,7 @@ fi
 LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
 PARTS=4
-IDLE_MS=1500
+IDLE_MS=${BENCH_IDLE_MS:-1500} # how long a `dedupd run` stays idle (all at the end, nothing in flight) before it exits
 CONC=256      # = dedupd's fetch.max_inflight default
 MAX_HOST=64   # = dedupd's CURLMOPT_MAX_HOST_CONNECTIONS
 
@@ -412,6 +415,10 @@ lat_case() {
   local rc=0
   LC_DD=$("$LAT" -b "$KAFKA_BOOTSTRAP" --jobs "$t.jobs" --results "$t.results" --pages "$d/pages" \
     --tag "$t" --rate "$rate" --count "$count" --drain-s "$drain" 2>>"$d/latency.log") || rc=$?
+  # every result is back (or latency gave up): stop the run now rather than
+  # after its 5 s of idleness (it stops on SIGTERM with exit status 0 and
+  # prints its stats; --exit-when-idle still ends it should it be gone)
+  kill -TERM $pid 2>/dev/null || true
   wait $pid || die "$name: dedupd run failed: $(grep -v '"info"' "$d/run.log" | tail -n 3)"
   LC_STATS=$(cat "$d/stats")
   [ $rc = 0 ] || die "$name: latency: not every result came back: $LC_DD $(tail -n 3 "$d/latency.log")"
@@ -472,6 +479,17 @@ s6() {
     "$(fmt "$(jget .messages_per_second "$st_b")") msg/s" \
     "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$(jq -c '. + {store_sync: false}' <<<"$in")" \
     "$(jq -nc --argjson s "$st_b" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
+  log "6c: same topic, fresh store and group, processing.guarantee=exactly_once"
+  local st_c
+  st_c=$(DEDUPD_PROCESSING__GUARANTEE=exactly_once DEDUPD_STORE__PATH=$d/store-eos \
+    DEDUPD_CONSUMER__GROUP_ID=$t.eos run_dd "$d/run_c.log" --shadow)
+  [ "$(jget .new "$st_c")" = "$uniq" ] || die "6c: expected $uniq new, got: $st_c"
+  row 6c "shadow mode, mixed, exactly_once (transactions every ${DEDUPD_PROCESSING__COMMIT_INTERVAL_MS:-500} ms)" \
+    "$(jget .messages_per_second "$st_c")" "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$(jget .messages_per_second "$st_c")") msg/s ($(echo "scale=2; $(jget .messages_per_second "$st_c") / $(jget .messages_per_second "$st_b")" | bc -l) of 6b's at_least_once)" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" \
+    "$(jq -c '. + {store_sync: false, processing_guarantee: "exactly_once"}' <<<"$in")" \
+    "$(jq -nc --argjson s "$st_c" --argjson r "$rawj" '{dedupd: $s, raw: $r}')"
   drop_topics s6
 }
 

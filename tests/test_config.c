@@ -47,6 +47,12 @@ START_TEST(test_config_defaults_load)
     ck_assert_int_eq(cfg->fetch_timeout_ms, 30000);
     ck_assert_str_eq(cfg->topic_jobs, "scrape.jobs");
     ck_assert(cfg->identity_trust_headers);
+    ck_assert(!cfg_exactly_once(cfg));
+    ck_assert_int_eq(cfg->processing_commit_interval_ms, 500);
+    cfg_destroy(cfg);
+    const char *env[] = {"DEDUPD_PROCESSING__GUARANTEE=exactly_once", NULL};
+    ck_assert_int_eq(load(NULL, (char *const *)env, &cfg), DD_OK);
+    ck_assert(cfg_exactly_once(cfg));
     cfg_destroy(cfg);
 }
 END_TEST
@@ -154,6 +160,9 @@ END_TEST
 START_TEST(test_config_cross_field_rules)
 {
     expect_error("{\"log\": {\"level\": \"loud\"}}", NULL, "log.level: 'loud'");
+    expect_error("{\"processing\": {\"guarantee\": \"exactly-once\"}}", NULL,
+                 "processing.guarantee: 'exactly-once' is not one of "
+                 "at_least_once, exactly_once");
     expect_error("{\"fetch\": {\"backoff_base_ms\": 500, \"backoff_max_ms\": 100}}",
                  NULL, "fetch.backoff_max_ms: must be at least");
     expect_error("{\"fetch\": {\"blocked_statuses\": [200]}}", NULL,
