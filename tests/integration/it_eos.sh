@@ -15,10 +15,10 @@
 #   zombie  b is stopped (SIGSTOP) past the session timeout (6 s) with ops in
 #           flight; a and c take its partitions and publish results of new
 #           jobs of every partition; b stays stopped for 16 s, until its
-#           coordinator has aborted its open transaction (transaction.timeout.ms
-#           5 s, checked every 10 s); then b is continued (SIGCONT): its
-#           producer is fenced (exit 1, "fenced" or "fatal"; started again like
-#           a supervisor would), or it rejoins
+#           coordinator has aborted its open transaction if it had one
+#           (transaction.timeout.ms 5 s, checked every 10 s); then b is
+#           continued (SIGCONT): its producer is fenced (exit 1, "fenced" or
+#           "fatal"; started again like a supervisor would), or it rejoins
 # Each phase ends when the three are idle (every partition held, nothing in
 # flight or in an outbox, every job and conflict submitted so far with its
 # committed result or report), so what a disruption strands is redone within
@@ -60,7 +60,7 @@
 # alike (HTTP://) and the conflicting requests of chunk r-2's job_keys (every
 # 25th job has one): each logical job is submitted 3 times, across phases.
 #
-# Short form by default (300 logical jobs, about 100 s on 2 cores);
+# Short form by default (300 logical jobs, 100..112 s on 2 cores);
 # EOS_JOBS=3000 for a longer run (not in the suite).
 PARTITIONS=6
 source "$(dirname "$0")/lib.sh"
@@ -74,7 +74,8 @@ export DEDUPD_FETCH__MAX_INFLIGHT=$MAXIN
 export DEDUPD_STORE__LEASE_MS=5000 # ops of a killed or stopped instance are taken over after 5 s
 # the coordinator aborts a transaction open longer than 5 s (it looks every
 # 10 s, the broker's transaction.abort.timed.out.transaction.cleanup.interval.ms):
-# a zombie stopped for 16 s finds its transaction aborted, its producer fenced
+# a zombie stopped for 16 s finds its open transaction, if it had one,
+# aborted and its producer fenced
 TXN_TIMEOUT_MS=5000 ZOMBIE_S=16
 export DEDUPD_PROCESSING__TRANSACTION_TIMEOUT_MS=$TXN_TIMEOUT_MS
 # rebalance.grace_ms stays at its default (60 s): at least fetch.timeout_ms
