@@ -34,10 +34,12 @@
 #   - every conflict is reported exactly once
 #   - the URLs fetched again (origin fetches - logical jobs, counted per
 #     phase in the access log from that phase's start to the next one's) are
-#     at most fetch.max_inflight (8) per instance whose ops in flight or
-#     awaiting their transaction's commit (at most fetch.max_inflight: beyond
-#     it consumption pauses) the phase's disruption may strand: the abort and
-#     the kill one each; the broker restart three (down longer than the
+#     at most the phase's aborted results (read_uncommitted records that
+#     read_committed skips, by their timestamps: an aborted transaction's
+#     decisions are redone, and bodies are not kept across it) plus
+#     fetch.max_inflight (8) per instance whose ops in flight (at most
+#     fetch.max_inflight: beyond it consumption pauses) the phase's
+#     disruption may strand: the abort and the kill one each; the broker restart three (down longer than the
 #     session timeout: every member's assignment is lost, every open
 #     transaction aborted); the zombie two (its ops are fetched again by their
 #     new owners, and once more by the zombie itself when it goes on: their
@@ -99,8 +101,8 @@ dump() {
 # event NAME...: a line of $WORK/events (printed at the end)
 event() { echo "$(date +%T.%N | cut -c1-12) $*" >>"$WORK/events"; }
 # phase NAME: the next phase begins (its start in the origin's access log)
-PH_NAME=() PH_MARK=()
-phase() { PH_NAME+=("$1"); PH_MARK+=("$(log_mark)"); event "phase $1"; echo "phase $1"; }
+PH_NAME=() PH_MARK=() PH_MS=()
+phase() { PH_NAME+=("$1"); PH_MARK+=("$(log_mark)"); PH_MS+=("$(date +%s%3N)"); event "phase $1"; echo "phase $1"; }
 # wave R: submits wave R; its receipts go to $WORK/receipts.R
 wave() { submit "$WORK/wave.$1" > "$WORK/receipts.$1" || fail "dedupd submit of wave $1 failed: $(tail -n 3 "$WORK/submit.log")"; }
 # inflight_sum NAME...: ops in flight of the named instances together
@@ -345,7 +347,13 @@ cat "$WORK"/receipts.? > "$WORK/receipts.ndjson"
 jq -r .op_id "$WORK/receipts.ndjson" | sort -u > "$WORK/logical.ops"
 logical=$(wc -l < "$WORK/logical.ops")
 dump read_committed "$T.results" | jq -r '"\(.key) \(.payload | fromjson | "\(.op_id) \(.event_key) \(.outcome)")"' > "$WORK/results"
-uncommitted=$(dump read_uncommitted "$T.results" | wc -l)
+# the aborted results: read_uncommitted records that read_committed skips
+# ("partition offset timestamp", the producer's time)
+dump read_committed "$T.results" | jq -r '"\(.partition) \(.offset)"' | sort > "$WORK/results.committed"
+dump read_uncommitted "$T.results" | jq -r '"\(.partition) \(.offset) \(.ts)"' | sort > "$WORK/results.uncommitted"
+uncommitted=$(wc -l < "$WORK/results.uncommitted")
+join -v1 -j1 <(awk '{print $1 ":" $2, $3}' "$WORK/results.uncommitted" | sort) \
+  <(awk '{print $1 ":" $2}' "$WORK/results.committed" | sort) > "$WORK/results.aborted"
 records=$(wc -l < "$WORK/results")
 keys=$(awk '{print $1}' "$WORK/results" | sort -u | wc -l)
 awk '{print $1}' "$WORK/results" | sort | uniq -c | awk '$1 > 1 {print $2 " x" $1}' > "$WORK/keys.multi"
@@ -372,17 +380,21 @@ read -r -a per_phase < <(tail -n +"$(( m0 + 1 ))" "$ORIGIN_ACCESS_LOG" | awk -v 
   END {printf "%d", fetches; for (i = 1; i <= n; i++) printf " %d", again[i]; print ""}')
 fetches=${per_phase[0]}
 extra=$(( fetches - logical ))
-# each phase's bound: fetch.max_inflight per instance whose ops in flight or
-# awaiting their commit its disruption may strand (the broker restart: all
+# each phase's bound: fetch.max_inflight per instance whose ops in flight
+# its disruption may strand (the broker restart: all
 # three; the zombie's: twice, by their new owners and by the zombie going
 # on), and per supervisor restart other than the zombie's own
 declare -A STRANDS=([abort]=1 [kill]=1 [broker]=3 [zombie]=2 [tail]=0)
 for ph in "${RESTART_PHASES[@]}"; do [ "$ph" = zombie ] || STRANDS[$ph]=$(( STRANDS[$ph] + 1 )); done
+# plus the phase's aborted results (produced in it): an aborted
+# transaction's decisions are redone, their fetches too
 phases="" over=()
 for (( i = 0; i < ${#PH_NAME[@]}; i++ )); do
   ph=${PH_NAME[i]} again=${per_phase[i + 1]}
-  phases+="$ph $again (<= $(( STRANDS[$ph] * MAXIN ))), "
-  (( again <= STRANDS[$ph] * MAXIN )) || over+=("$ph $again > $(( STRANDS[$ph] * MAXIN ))")
+  ab=$(awk -v lo="${PH_MS[i]}" -v hi="${PH_MS[i + 1]:-99999999999999}" '$2 >= lo && $2 < hi' "$WORK/results.aborted" | wc -l)
+  bound=$(( STRANDS[$ph] * MAXIN + ab ))
+  phases+="$ph $again (<= $bound: ${STRANDS[$ph]} x $MAXIN + $ab aborted), "
+  (( again <= bound )) || over+=("$ph $again > $bound")
 done
 echo "messages $total, logical jobs $logical, origin fetches $fetches (extra $extra; fetched again per phase: ${phases%, }; URLs fetched 3 times or more: $(log_since "$m0" | awk '$(NF-1) == 200 {print $3}' | sort | uniq -c | awk '$1 >= 3' | wc -l))"
 echo "results read_committed $records records, $keys distinct event_keys ($(wc -l < "$WORK/keys.multi") with more than one record, $(wc -l < "$WORK/keys.mismatch") keyed otherwise than their event_key); read_uncommitted $uncommitted records"
