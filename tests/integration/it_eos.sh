@@ -123,6 +123,16 @@ inst_port() {
   (( from > 0 )) || from=${INST_FROM[$1]}
   admin_port "${INST_LOG[$1]}" "$from"
 }
+# inst_ready NAME [TRIES]: lib.sh's, but asking the port of the pipeline's
+# last start at every try (c's abort may come while it waits)
+inst_ready() {
+  for _ in $(seq 1 "${2:-300}"); do
+    kill -0 "${INST_PID[$1]}" 2>/dev/null || fail "instance $1 exited before it was ready: $(tail -n 5 "${INST_LOG[$1]}")"
+    curl -fs --max-time 1 "http://127.0.0.1:$(inst_port "$1")/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  fail "instance $1 not ready (/readyz) after $(( ${2:-300} / 10 )) s: $(tail -n 5 "${INST_LOG[$1]}")"
+}
 # log_has NAME REGEX [FROM]: NAME's log from line FROM (its current run's
 # first line) on has a line matching REGEX
 log_has() { tail -n +"${3:-${INST_FROM[$1]}}" "${INST_LOG[$1]}" | grep -qE "$2"; }
