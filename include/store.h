@@ -398,6 +398,14 @@ struct store_complete_req {
     uint64_t seq;                      /**< out: outbox sequence number */
     uint64_t ticket;                   /**< out: group commit: durable once
                                             store_durable() >= ticket; else 0 */
+    unsigned char *changelog;          /**< in: NULL, or STORE_CHANGELOG_VALUE_MAX
+                                            bytes (caller's) that get the
+                                            op's changelog value as written
+                                            (store_changelog_encode: what
+                                            store_changelog_value() would read
+                                            back), so the result's record
+                                            needs no read */
+    size_t changelog_len;              /**< out: its length; 0 on failure */
     dd_err_t err;                      /**< out: as store_complete */
     char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
 };

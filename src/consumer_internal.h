@@ -75,6 +75,11 @@ struct opctx {
                                    dropped */
     bool fetching;              /* handed to the fetch engine, its result
                                    not taken back yet */
+    unsigned char *clog;        /* its changelog value as its completion
+                                   wrote it (store_complete_req.changelog),
+                                   produced on the result's acknowledgement
+                                   without a read; NULL before */
+    size_t clog_len;
 };
 
 enum out_kind {
@@ -395,6 +400,13 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
 void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
                                const char *op_id, uint64_t seq,
                                struct opctx *op, struct pmsg *msg);
+
+/* consumer_out_changelog_op() with the record's value \p v (\p len
+ * bytes, borrowed) known: no read of the store. */
+void consumer_out_changelog_value(struct pipeline *pl, int32_t partition,
+                                  const char *op_id, const void *v,
+                                  size_t len, uint64_t seq, struct opctx *op,
+                                  struct pmsg *msg);
 
 /* Produce a changelog record \p key -> \p value (borrowed) to partition
  * \p partition; \p msg (if not NULL) is done on its acknowledgement. */

@@ -255,8 +255,13 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         /* The result is on the topic; now the decision's record: the op's
          * messages are done once it is acknowledged (DESIGN.md section 4:
          * a visible record never names a result not on the topic). */
-        consumer_out_changelog_op(pl, m->op->partition, m->op->op_id, m->seq,
-                                  m->op, NULL);
+        if (m->op->clog) /* as its completion wrote it: no read */
+            consumer_out_changelog_value(pl, m->op->partition, m->op->op_id,
+                                         m->op->clog, m->op->clog_len, m->seq,
+                                         m->op, NULL);
+        else
+            consumer_out_changelog_op(pl, m->op->partition, m->op->op_id,
+                                      m->seq, m->op, NULL);
         break;
     case OUT_REPLAY:
         pl->st->results++;
@@ -314,6 +319,14 @@ void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
         changelog_acked(pl, seq, op_id, op, msg);
         return;
     }
+    consumer_out_changelog_value(pl, partition, op_id, v, len, seq, op, msg);
+}
+
+void consumer_out_changelog_value(struct pipeline *pl, int32_t partition,
+                                  const char *op_id, const void *v,
+                                  size_t len, uint64_t seq, struct opctx *op,
+                                  struct pmsg *msg)
+{
     struct outmsg *m = consumer_out_new(pl, OUT_CHANGELOG, pl->changelog,
                                         op_id, strlen(op_id), v, len);
     m->partition = partition;

@@ -768,6 +768,7 @@ static void complete_batch_prepare(struct store *s,
     for (size_t i = 0; i < n; i++) {
         struct store_complete_req *r = &reqs[i];
         r->seq = 0;
+        r->changelog_len = 0;
         r->errstr[0] = '\0';
         r->validator_write = STORE_VALIDATOR_NONE;
         r->err = complete_check("store_complete_batch", r->op_id, r->state,
@@ -885,6 +886,9 @@ static dd_err_t complete_batch_write(struct store *s,
     for (size_t i = 0; i < n; i++)
         if (!reqs[i].err) {
             reqs[i].ticket = ticket;
+            if (reqs[i].changelog)
+                reqs[i].changelog_len =
+                    store_changelog_encode(&cb->ops[i], reqs[i].changelog);
             store_index_put(s->idx, &cb->keys[i], &cb->ops[i], now_ms,
                             STORE_INDEX_UPSERT);
             atomic_fetch_add(&s->pending, 1);
