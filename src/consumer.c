@@ -1387,7 +1387,7 @@ void consumer_release_durable(struct pipeline *pl)
 static bool idle(struct pipeline *pl)
 {
     return pl->n_ops == 0 && pl->pending_out == 0 && pl->retry == NULL &&
-           pl->blocked == NULL && !(pl->eos && pl->txn_dirty);
+           pl->blocked == NULL && pl->n_acks == 0 && !(pl->eos && pl->txn_dirty);
 }
 
 /* ---- run ------------------------------------------------------------------ */
@@ -1548,6 +1548,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
                 producer_poll(*prod, 5);
         }
         consumer_shadow_flush(pl);
+        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
         consumer_txn_tick(pl);
@@ -1562,6 +1563,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
 static void pipeline_fini(struct pipeline *pl)
 {
     rd_kafka_consumer_close(pl->rk);
+    consumer_out_acks_flush(pl);
     pl->h->consumer->pl = NULL;
     /* exactly_once: the copy is kept only when it is what the last
      * transaction committed (the close's revoke committed it) */
@@ -1604,6 +1606,8 @@ static void pipeline_fini(struct pipeline *pl)
     producer_purge(pl->h->producer);
     while (pl->released) /* their fetches ended with the engine */
         consumer_released_free(pl, pl->released);
+    consumer_out_acks_flush(pl); /* the purge's reports */
+    free(pl->acks);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);
