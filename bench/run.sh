@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh [--quick] [--no-build] [--keep-topics] [--only 1,2,...]
+# bench/run.sh [--quick] [--no-build] [--keep-topics] [--only 1,2,...] [--peers]
 #
 # The benchmarks of issue 6: each scenario measures dedupd and, in the same
 # run on the same machine, the physical ceiling it is compared with, and prints
@@ -38,16 +38,31 @@
 #   7b  time to ready: `dedupd run` (fresh store, the same group, its empty
 #       1-partition jobs topic) from process start to the first 200 of
 #       /readyz, next to restore_bench's restore time of the same partition.
+#   13p (only with --peers; alone unless --only names others too) dedupd
+#       against the benchmark peers of bench/peers/ (what a team would build
+#       instead), on one topic filled once by `dedupd submit` (50% duplicates,
+#       4 partitions, keyed by op_id) and read through once to warm the page
+#       cache: BENCH_PEER_ROUNDS (3) rounds, the order reversed every other
+#       round, of raw_consumer (the ceiling), `dedupd run --shadow`
+#       (at_least_once, then processing.guarantee=exactly_once; fresh group and
+#       store each run), the Python + Redis peer (bench/peers/python-redis,
+#       PIPELINE=1 and 0; its own redis-server, AOF everysec, in the work dir)
+#       and, when bench/peers/kstreams/run.sh exists, the Kafka Streams peer
+#       (GUARANTEE=at_least_once and exactly_once_v2).  Every run reads the whole
+#       topic (MAX_MESSAGES = its size); rows give the medians and dedupd/peer;
+#       a row any of whose runs decided a `new` count other than the topic's
+#       distinct op_ids is marked WRONG (no ratio, exit status 1).
 #
 # Sizes (full / --quick): replay 1M / 20k jobs; new-claim 10k / 2k; proxy 5k
 # / 1k each; store 1M / 100k keys (10M: see STORE_SIZES below); latency
 # 100 jobs/s x 30 s / 5 s and 2000 jobs/s x 3 s / 1 s; shadow 50k / 20k;
-# changelog restore 1M / 100k records.
+# changelog restore 1M / 100k records; peers 200k / 20k jobs (BENCH_NP).
 # (The new-claim path runs at a few hundred jobs/s here: see the note of
 # issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
 # BENCH_N3, BENCH_N6, BENCH_N7, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
-# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS; BENCH_IDLE_MS (1500) is the idle time
-# after which a scenario's `dedupd run` exits.
+# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS, BENCH_NP, BENCH_PEER_ROUNDS (BENCH_KSTREAMS_PEER:
+# another bench/peers/kstreams/run.sh; BENCH_PEER_REDIS_PORT: the first port tried);
+# BENCH_IDLE_MS (1500) is the idle time after which a scenario's `dedupd run` exits.
 #
 # Every scenario has its own topics (bench.<run>.<scenario>.*, 4 partitions,
 # made by `dedupd topics`), consumer groups and stores (in a temporary
@@ -59,13 +74,14 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$ROOT/build}
 CFG=$ROOT/config/dedupd.json
 RESULTS_DIR=${BENCH_RESULTS_DIR:-$ROOT/bench/results}
-QUICK=0 DO_BUILD=1 KEEP_TOPICS=0 ONLY=""
+QUICK=0 DO_BUILD=1 KEEP_TOPICS=0 ONLY="" PEERS=0
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1 ;;
     --no-build) DO_BUILD=0 ;;
     --keep-topics) KEEP_TOPICS=1 ;;
     --only) ONLY=${2:?--only needs a list}; shift ;;
+    --peers) PEERS=1 ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -74,12 +90,12 @@ done
 
 if [ "$QUICK" = 1 ]; then
   N1=${BENCH_N1:-20000} N2=${BENCH_N2:-2000} N3=${BENCH_N3:-1000} N6=${BENCH_N6:-20000}
-  N7=${BENCH_N7:-30000}
+  N7=${BENCH_N7:-30000} NP=${BENCH_NP:-20000}
   STORE_SIZES=${BENCH_STORE_SIZES:-100000} STORE_DUPS=${BENCH_STORE_DUPS:-200000}
   LAT_SECONDS=${BENCH_LAT_SECONDS:-5} LAT2_SECONDS=${BENCH_LAT2_SECONDS:-1}
 else
   N1=${BENCH_N1:-1000000} N2=${BENCH_N2:-10000} N3=${BENCH_N3:-5000} N6=${BENCH_N6:-50000}
-  N7=${BENCH_N7:-1000000}
+  N7=${BENCH_N7:-1000000} NP=${BENCH_NP:-200000}
   # 10M keys take store_bench over half an hour here (its complete phase runs at
   # ~9k ops/s), which the 20-minute budget cannot hold: BENCH_STORE_SIZES=1000000,10000000
   STORE_SIZES=${BENCH_STORE_SIZES:-1000000} STORE_DUPS=${BENCH_STORE_DUPS:-1000000}
@@ -87,6 +103,8 @@ else
 fi
 LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
+PEER_ROUNDS=${BENCH_PEER_ROUNDS:-3}
+PEER_IDLE_MS=5000
 PARTS=4
 IDLE_MS=${BENCH_IDLE_MS:-1500} # how long a `dedupd run` stays idle (all at the end, nothing in flight) before it exits
 CONC=256      # = dedupd's fetch.max_inflight default
@@ -203,25 +221,28 @@ raw_drain() { # raw_drain TOPIC: raw_consumer JSON
 }
 avg_len() { awk '{s += length($0)} END {printf "%.0f", NR ? s / NR : 0}' "$1"; }
 urls_of() { awk -F'"' '{print $4}' "$1"; }
-# row ID SCENARIO DEDUPD CEILING RATIO_MODE TARGET DD_DISPLAY CEIL_DISPLAY INPUTS_JSON DETAIL_JSON
-#   RATIO_MODE: up (dedupd/ceiling: higher is better) | down (ceiling/dedupd)
+# row ID SCENARIO DEDUPD CEILING RATIO_MODE TARGET DD_DISPLAY CEIL_DISPLAY INPUTS_JSON DETAIL_JSON [EXTRA_JSON]
+#   RATIO_MODE: up (dedupd/ceiling: higher is better) | down (ceiling/dedupd) |
+#   peer (dedupd/peer: a benchmark peer in the ceiling column).  EXTRA_JSON is
+#   merged into the row last (13p's WRONG rows: {"wrong": true, "ratio": null}).
 row() {
-  local ratio=null det=${10:-}
+  local ratio=null det=${10:-} ex=${11:-}
   [ -n "$det" ] || det='{}'
+  [ -n "$ex" ] || ex='{}'
   if num "$3" && num "$4"; then
     # three significant digits
-    if [ "$5" = up ]; then ratio=$(awk -v a="$3" -v b="$4" 'BEGIN { if (b > 0) printf "%.3g", a / b; else print "null" }')
+    if [ "$5" = up ] || [ "$5" = peer ]; then ratio=$(awk -v a="$3" -v b="$4" 'BEGIN { if (b > 0) printf "%.3g", a / b; else print "null" }')
     else ratio=$(awk -v a="$3" -v b="$4" 'BEGIN { if (a > 0) printf "%.3g", b / a; else print "null" }'); fi
     ratio=$(jq -n "$ratio")
   fi
   jq -nc --arg id "$1" --arg sc "$2" --argjson d "$(num "$3" && echo "$3" || echo null)" \
     --argjson c "$(num "$4" && echo "$4" || echo null)" --argjson r "$ratio" \
     --arg mode "$5" --argjson tg "${6:-null}" --arg dd "$7" --arg cd "$8" \
-    --argjson in "$9" --argjson det "$det" \
+    --argjson in "$9" --argjson det "$det" --argjson ex "$ex" \
     '{id: $id, scenario: $sc, dedupd: $d, ceiling: $c, ratio: $r, ratio_is:
-      (if $mode == "up" then "dedupd/ceiling" else "ceiling/dedupd" end),
+      (if $mode == "up" then "dedupd/ceiling" elif $mode == "peer" then "dedupd/peer" else "ceiling/dedupd" end),
       target: $tg, meets_target: (if $tg == null or $r == null then null else $r >= $tg end),
-      dedupd_display: $dd, ceiling_display: $cd, inputs: $in, detail: $det}' >>"$ROWS"
+      dedupd_display: $dd, ceiling_display: $cd, inputs: $in, detail: $det} + $ex' >>"$ROWS"
   log "row $1: $7 vs $8 (ratio $ratio)"
 }
 fmt() { printf '%.0f' "$1"; }
@@ -566,14 +587,178 @@ s7() {
   fi
 }
 
+# ---- 13p: benchmark peers (only with --peers) ----------------------------------------
+# The peers of bench/peers/ against dedupd on one topic, as the peers' contract
+# (BENCH-PEERS.md) sets the fairness rules: filled once, read whole by every
+# run, fresh group and store each run, page cache warm, rounds in alternating
+# order, medians, ratios.  Each system's runs: $d/runs/<sys>.<round>.json, one
+# normalized line {sys, round, rc, consumed, new, msgs_per_s, load, out}.
+PY_PEER=$ROOT/bench/peers/python-redis/run.sh
+KS_PEER=${BENCH_KSTREAMS_PEER:-$ROOT/bench/peers/kstreams/run.sh}
+free_port() { # free_port FROM: the first port from FROM no one listens on (127.0.0.1)
+  local p=$1
+  while port_used "$p"; do p=$((p + 1)); done
+  echo "$p"
+}
+port_used() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+# peer_run SYS ROUND: one run of one system; appends its line to $SP_D/runs.ndjson
+peer_run() {
+  local sys=$1 r=$2 d=$SP_D t=$SP_T out rc=0 lg load
+  lg=$d/logs/$sys.$r.log
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  log "13p: round $r: $sys"
+  case $sys in
+    raw)
+      out=$("$RAW" -b "$KAFKA_BOOTSTRAP" -t "$t.jobs" 2>>"$lg") || rc=$?
+      out=$(jq -c '. + {consumed: .messages, msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true ;;
+    dd|dd_eos)
+      local g=at_least_once
+      [ "$sys" = dd_eos ] && g=exactly_once
+      out=$(DEDUPD_PROCESSING__GUARANTEE=$g DEDUPD_STORE__PATH=$d/store/$sys.$r \
+        DEDUPD_CONSUMER__GROUP_ID=$t.$sys.$r DEDUPD_KAFKA__GROUP__INSTANCE__ID=$t.$sys.$r \
+        timeout 900 "$DEDUPD" run -c "$CFG" --shadow --exit-when-idle "$IDLE_MS" --stats-json 2>>"$lg") || rc=$?
+      out=$(jq -c '. + {msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true
+      rm -rf "$d/store/$sys.$r" ;;
+    py_pipe|py_msg)
+      local pl=1
+      [ "$sys" = py_msg ] && pl=0
+      out=$(KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP IN_TOPIC=$t.jobs OUT_TOPIC=$t.peer.results \
+        GROUP=$t.$sys.$r MAX_MESSAGES=$SP_N IDLE_MS=$PEER_IDLE_MS PIPELINE=$pl \
+        REDIS_URL=$SP_REDIS PREFIX="$t.$sys.$r:" FLUSH_BEFORE_COMMIT=1 \
+        timeout 900 "$PY_PEER" 2>>"$lg") || rc=$? ;;
+    ks_alos|ks_eos)
+      local g=at_least_once
+      [ "$sys" = ks_eos ] && g=exactly_once_v2
+      out=$(KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP IN_TOPIC=$t.jobs OUT_TOPIC=$t.peer.results \
+        GROUP=$t.$sys.$r MAX_MESSAGES=$SP_N IDLE_MS=$PEER_IDLE_MS GUARANTEE=$g \
+        STATE_DIR=$d/state/$sys.$r timeout 900 "$KS_PEER" 2>>"$lg") || rc=$?
+      rm -rf "$d/state/$sys.$r" ;;
+  esac
+  out=$(tail -n 1 <<<"$out")
+  jq -e . <<<"$out" >/dev/null 2>&1 || { [ $rc = 0 ] && rc=1; out=null; }
+  [ $rc = 0 ] || log "13p: $sys round $r failed (rc $rc): $(grep -v '"info"' "$lg" | tail -n 2 | tr '\n' ' ')"
+  jq -nc --arg s "$sys" --argjson r "$r" --argjson rc "$rc" --argjson o "$out" --arg load "$load" \
+    '{sys: $s, round: $r, rc: $rc, consumed: ($o.consumed // null), new: ($o.new // null),
+      msgs_per_s: ($o.msgs_per_s // null), load1: ($load | tonumber), out: $o}' >>"$d/runs.ndjson"
+}
+# peer_sum SYS: {sys, runs, median, ok_runs, errors, wrong: [...]} over its runs
+peer_sum() {
+  jq -sc --arg s "$1" --argjson n "$SP_N" --argjson u "$SP_UNIQ" '
+    [.[] | select(.sys == $s)] as $runs
+    | ($runs | map(select(.rc == 0 and .msgs_per_s != null) | .msgs_per_s) | sort) as $v
+    | {sys: $s, runs: ($runs | length), ok_runs: ($v | length),
+       median: (if ($v | length) == 0 then null
+                elif ($v | length) % 2 == 1 then $v[($v | length - 1) / 2]
+                else ($v[($v | length) / 2 - 1] + $v[($v | length) / 2]) / 2 end
+                | if . then . * 10 | round / 10 else . end),
+       all: ($runs | map(.msgs_per_s)),
+       errors: ($runs | map(select(.rc != 0) | "\($s) round \(.round): rc \(.rc)")),
+       wrong: ($runs | map(select(.rc == 0 and (.consumed != $n or
+                 ($s != "raw" and .new != $u)))
+               | "\($s) round \(.round): consumed \(.consumed) of \($n), new \(.new) (distinct \($u))"))}' \
+    "$SP_D/runs.ndjson"
+}
+# peer_row ID TITLE DD_SYS PEER_SYS PEER_MODE_TEXT
+peer_row() {
+  local id=$1 title=$2 a b ex='{}' dd pd wr
+  a=$(peer_sum "$3"); b=$(peer_sum "$4")
+  wr=$(jq -nc --argjson a "$a" --argjson b "$b" '$a.wrong + $b.wrong')
+  if [ "$wr" != "[]" ]; then
+    ex=$(jq -nc --argjson w "$wr" '{wrong: true, wrong_runs: $w, ratio: null, meets_target: null}')
+  fi
+  dd="$(jq -r '.median // "-" | if type == "number" then (. | round | tostring) else . end' <<<"$a") msg/s median of $(jq -r .ok_runs <<<"$a") ($(jq -r '.all | map(if . then (round | tostring) else "err" end) | join(" / ")' <<<"$a"))"
+  pd="$(jq -r '.median // "-" | if type == "number" then (. | round | tostring) else . end' <<<"$b") msg/s median of $(jq -r .ok_runs <<<"$b") ($(jq -r '.all | map(if . then (round | tostring) else "err" end) | join(" / ")' <<<"$b"))"
+  if [ "$wr" != "[]" ]; then dd="WRONG ($(jq -r 'join("; ")' <<<"$wr")) $dd"; fi
+  local errs
+  errs=$(jq -nc --argjson a "$a" --argjson b "$b" '$a.errors + $b.errors | length')
+  [ "$errs" = 0 ] || dd="$dd, $errs failed run(s): see detail"
+  if jq -e '.median == null' <<<"$a" >/dev/null || jq -e '.median == null' <<<"$b" >/dev/null; then
+    ex=$(jq -c --argjson a "$a" --argjson b "$b" \
+      '. + {error: ("no successful run: " + ($a.errors + $b.errors | join(", ")))}' <<<"$ex")
+  fi
+  row "$id" "$title" "$(jq -r '.median // "null"' <<<"$a")" "$(jq -r '.median // "null"' <<<"$b")" peer null \
+    "$dd" "$pd" \
+    "$(jq -c --arg m "$5" '. + {peer_mode: $m}' <<<"$SP_IN")" \
+    "$(jq -nc --argjson a "$a" --argjson b "$b" --slurpfile runs "$SP_D/runs.ndjson" --arg x "$3" --arg y "$4" \
+        --argjson su "$SP_SETUP" '{dedupd: $a, peer: $b, setup: $su, runs: [$runs[] | select(.sys == $x or .sys == $y)]}')" "$ex"
+}
+s13p() {
+  use_topics sp
+  SP_D=$WORK/sp SP_T=$RUN.sp
+  local d=$SP_D t=$SP_T
+  mkdir -p "$d/logs" "$d/store" "$d/state"
+  extra_topic "$t.peer.results"
+  [ -x "$PY_PEER" ] || die "$PY_PEER is missing"
+  log "13p: $NP jobs (50% duplicates) into $t.jobs"
+  "$ROOT/bench/gen_jobs.sh" "$NP" "$t" mixed "$ORIGIN_PAGES" >"$d/jobs.ndjson" || die "gen_jobs failed"
+  "$DEDUPD" submit -c "$CFG" "$d/jobs.ndjson" >"$d/receipts" 2>>"$d/submit.log" ||
+    die "dedupd submit failed: $(tail -n 2 "$d/submit.log")"
+  SP_N=$(wc -l <"$d/receipts")
+  SP_UNIQ=$(jq -r .op_id "$d/receipts" | sort -u | wc -l)
+  [ "$SP_N" = "$NP" ] || die "13p: $SP_N of $NP jobs acknowledged"
+  log "13p: $SP_N messages, $SP_UNIQ distinct op_ids; warming the page cache"
+  kcat -C -b "$KAFKA_BOOTSTRAP" -t "$t.jobs" -e -q >/dev/null 2>&1 || die "kcat -C (warm-up) failed"
+  # the Python peer's own redis-server, its files in the work dir
+  local rport
+  rport=$(free_port "${BENCH_PEER_REDIS_PORT:-16380}")
+  SP_REDIS_DIR=$d/redis SP_REDIS_PORT=$rport
+  trap 'PEER_REDIS_DIR=$SP_REDIS_DIR PEER_REDIS_PORT=$SP_REDIS_PORT "$PY_PEER" --redis-down >/dev/null 2>&1 || true' EXIT
+  SP_REDIS=$(env -u REDIS_URL PEER_REDIS_DIR="$d/redis" PEER_REDIS_PORT="$rport" "$PY_PEER" --redis-up 2>>"$d/logs/redis-up.log") ||
+    die "13p: python-redis setup / redis-server failed: $(tail -n 3 "$d/logs/redis-up.log")"
+  local systems=(raw dd dd_eos py_pipe py_msg) ks=0
+  if [ -x "$KS_PEER" ]; then systems+=(ks_alos ks_eos); ks=1
+  else log "13p: $KS_PEER is not there: the Kafka Streams rows are skipped"; fi
+  SP_IN=$(jq -nc --argjson n "$SP_N" --argjson u "$SP_UNIQ" --argjson p $PARTS \
+    --argjson jb "$(avg_len "$d/jobs.ndjson")" --argjson r "$PEER_ROUNDS" \
+    '{jobs: $n, distinct: $u, duplicate_share: (1 - $u / $n | . * 100 | round / 100), job_bytes: $jb,
+      partitions: $p, rounds: $r}')
+  SP_SETUP=$(jq -nc --arg o "${systems[*]}" --arg rv "$(redis-server --version 2>/dev/null)" '{
+      topic: "filled once by dedupd submit (headers), keyed by op_id; every run reads it whole (MAX_MESSAGES = its size)",
+      order: "\($o), reversed every other round", page_cache: "warm (kcat -C once)",
+      dedupd: "run --shadow, store.sync true, fresh store and group per run",
+      python_redis: "bench/peers/python-redis: confluent-kafka consume(1000), SET NX EX, producer idempotent acks=all linger 5 ms zstd, flushed before each async commit; fresh group and key prefix per run",
+      redis: "\($rv); appendonly yes, appendfsync everysec, no RDB snapshots; 127.0.0.1 TCP",
+      kstreams: "bench/peers/kstreams (its README: JVM options, commit intervals, store)"}')
+  : >"$d/runs.ndjson"
+  local r i order=("${systems[@]}")
+  for ((r = 1; r <= PEER_ROUNDS; r++)); do
+    if [ $((r % 2)) = 0 ]; then
+      order=(); for ((i = ${#systems[@]} - 1; i >= 0; i--)); do order+=("${systems[$i]}"); done
+    else order=("${systems[@]}"); fi
+    for s in "${order[@]}"; do peer_run "$s" "$r"; done
+  done
+  ks_row_skip() { # ID TITLE
+    row "$1" "$2" null null peer null "skipped" "$KS_PEER is not there" "$SP_IN" "$SP_SETUP" \
+      "$(jq -nc --arg p "$KS_PEER" '{skipped: "\($p) is not there"}')"
+  }
+  peer_row 13p-0 "peers: dedupd shadow vs raw consumer (the ceiling)" dd raw "raw_consumer"
+  peer_row 13p-0b "peers: dedupd shadow exactly_once vs raw consumer" dd_eos raw "raw_consumer"
+  if [ $ks = 1 ]; then
+    peer_row 13p-1 "dedupd shadow vs kstreams at_least_once" dd ks_alos "Kafka Streams at_least_once"
+    peer_row 13p-2 "dedupd shadow exactly_once vs kstreams exactly_once_v2" dd_eos ks_eos "Kafka Streams exactly_once_v2"
+  else
+    ks_row_skip 13p-1 "dedupd shadow vs kstreams at_least_once"
+    ks_row_skip 13p-2 "dedupd shadow exactly_once vs kstreams exactly_once_v2"
+  fi
+  peer_row 13p-3 "dedupd shadow vs python-redis pipelined" dd py_pipe "python-redis PIPELINE=1"
+  peer_row 13p-4 "dedupd shadow vs python-redis per-message" dd py_msg "python-redis PIPELINE=0"
+  drop_topics sp
+}
+
 # ---- run ------------------------------------------------------------------------------
-declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b" [7]="7 7b")
+declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b" [7]="7 7b"
+  [13p]="13p-0 13p-0b 13p-1 13p-2 13p-3 13p-4")
 if [ "$QUICK" = 0 ] && [[ $STORE_SIZES == *,* ]]; then ROWS_OF[4]="4a 4b 4c 4d"; fi
 declare -A TITLE=([1]="replay storm" [2]="new-claim path" [3]="through a proxy" [4]="store"
-  [5]="latency" [6]="shadow mode" [7]="changelog restore")
+  [5]="latency" [6]="shadow mode" [7]="changelog restore" [13p]="benchmark peers")
 FAILED=0
-for s in 1 2 3 4 5 6 7; do
-  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$s,"* ]]; then continue; fi
+SCENARIOS=(1 2 3 4 5 6 7)
+# --peers: the peers scenario, alone unless --only names others as well
+if [ "$PEERS" = 1 ]; then
+  if [ -n "$ONLY" ]; then SCENARIOS+=(13p); else SCENARIOS=(13p); fi
+fi
+for s in "${SCENARIOS[@]}"; do
+  if [ -n "$ONLY" ] && [ "$s" != 13p ] && [[ ",$ONLY," != *",$s,"* ]]; then continue; fi
   rm -f "$WORK/error"
   ts=$(now)
   ( set -e; "s$s" )
@@ -591,6 +776,11 @@ for s in 1 2 3 4 5 6 7; do
   done
 done
 
+# a benchmark peer row marked WRONG (fairness rule 2) is not a measurement
+# (or with no successful run of one side)
+if jq -se 'any(.wrong == true or ((.id | startswith("13p")) and .error != null))' "$ROWS" >/dev/null 2>&1; then
+  FAILED=1
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 ELAPSED=$(printf '%.0f' "$(echo "$(now) - $T_START" | bc -l)")
 mkdir -p "$RESULTS_DIR"

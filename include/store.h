@@ -398,6 +398,14 @@ struct store_complete_req {
     uint64_t seq;                      /**< out: outbox sequence number */
     uint64_t ticket;                   /**< out: group commit: durable once
                                             store_durable() >= ticket; else 0 */
+    unsigned char *changelog;          /**< in: NULL, or STORE_CHANGELOG_VALUE_MAX
+                                            bytes (caller's) that get the
+                                            op's changelog value as written
+                                            (store_changelog_encode: what
+                                            store_changelog_value() would read
+                                            back), so the result's record
+                                            needs no read */
+    size_t changelog_len;              /**< out: its length; 0 on failure */
     dd_err_t err;                      /**< out: as store_complete */
     char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
 };
@@ -527,6 +535,30 @@ dd_err_t store_outbox_ack(struct store *store, uint64_t seq, const char *op_id,
 typedef int (store_outbox_cb)(void *opaque, uint64_t seq, const char *op_id,
                               const char *event_key, uint64_t generation,
                               const void *value, size_t value_len);
+
+/** One acknowledgement of store_outbox_ack_batch(). */
+struct store_outbox_ack_req {
+    uint64_t seq;               /**< in: the outbox entry */
+    const char *op_id;          /**< in: its op (borrowed for the call) */
+    dd_err_t err;               /**< out: as store_outbox_ack() */
+};
+
+/**
+ * @brief store_outbox_ack() of \p n entries at once (the acknowledgements
+ *        a loop of the pipeline collected): their ops are read with one
+ *        batched MultiGet, and every entry whose op still names it (the
+ *        usual case: pending under that seq) is deleted and its op marked
+ *        sent in ONE WriteBatch (no fsync), under the ops' stripes; the rare
+ *        others (op expired, forgotten or completed again since) go through
+ *        store_outbox_ack() one by one.
+ * @param errstr  Optional: the first failure's text.
+ * @returns DD_OK (see each req->err); DD_ERR_IO when the batch write failed
+ *          (every request of it gets DD_ERR_IO); DD_ERR_NOMEM.
+ * @locality any thread.
+ */
+dd_err_t store_outbox_ack_batch(struct store *store,
+                                struct store_outbox_ack_req *reqs, size_t n,
+                                char *errstr, size_t errstr_size) DD_WUR;
 
 /**
  * @brief Visit every pending outbox entry in sequence order (start-up replay).

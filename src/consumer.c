@@ -158,6 +158,7 @@ void consumer_op_free(struct opctx *o)
     job_destroy(o->job);
     free(o->cond);
     free(o->op_id);
+    free(o->clog);
     free(o);
 }
 
@@ -883,6 +884,11 @@ static void completed(struct pipeline *pl, struct opctx *o,
         o->seq = req->seq;
         o->ticket = req->ticket;
         o->stored = true;
+        if (req->changelog_len && o->partition >= 0) {
+            o->clog = dd_xmalloc(req->changelog_len, "changelog value");
+            memcpy(o->clog, req->changelog, req->changelog_len);
+            o->clog_len = req->changelog_len;
+        }
         struct outmsg *m =
             consumer_out_result(pl, OUT_RESULT, o->op_id, o->job->event_key,
                                 o->generation, value, value_len);
@@ -904,6 +910,8 @@ void consumer_shadow_flush(struct pipeline *pl)
         dd_xcalloc(n, sizeof(*req), "shadow batch");
     char **v = dd_xcalloc(n, sizeof(*v), "shadow batch");
     size_t *vlen = dd_xcalloc(n, sizeof(*vlen), "shadow batch");
+    unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
+                                     "shadow batch");
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = pl->shadow_pending[i];
         const char *outcome;
@@ -917,6 +925,7 @@ void consumer_shadow_flush(struct pipeline *pl)
             .state = STORE_OP_COMPLETE,
             .value = v[i],
             .value_len = vlen[i],
+            .changelog = clog + i * STORE_CHANGELOG_VALUE_MAX,
         };
     }
     char e[DD_ERRSTR_SIZE];
@@ -929,6 +938,7 @@ void consumer_shadow_flush(struct pipeline *pl)
     free(req);
     free(v);
     free(vlen);
+    free(clog);
 }
 
 /* Process a poll batch: admit each message, claim the survivors at once
@@ -1220,6 +1230,8 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     struct fetched *f = dd_xcalloc(total, sizeof(*f), "completion batch");
     struct store_complete_req *req =
         dd_xcalloc(total, sizeof(*req), "completion batch");
+    unsigned char *clog = dd_xmalloc(total * STORE_CHANGELOG_VALUE_MAX,
+                                     "completion batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = rs[i]->opaque;
@@ -1236,6 +1248,8 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
             w = next;
         }
     }
+    for (size_t i = 0; i < total; i++)
+        req[i].changelog = clog + i * STORE_CHANGELOG_VALUE_MAX;
     /* a failed write (DD_ERR_IO, NOMEM) also lands in every req[i].err */
     if (store_complete_batch(pl->store, req, total, dd_now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu ops: %s", total, e);
@@ -1249,6 +1263,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
             fetch_result_destroy(f[i].r);
     free(f);
     free(req);
+    free(clog);
 }
 
 /* Take every finished fetch (waiting at most \p timeout_ms for the first)
@@ -1372,7 +1387,7 @@ void consumer_release_durable(struct pipeline *pl)
 static bool idle(struct pipeline *pl)
 {
     return pl->n_ops == 0 && pl->pending_out == 0 && pl->retry == NULL &&
-           pl->blocked == NULL && !(pl->eos && pl->txn_dirty);
+           pl->blocked == NULL && pl->n_acks == 0 && !(pl->eos && pl->txn_dirty);
 }
 
 /* ---- run ------------------------------------------------------------------ */
@@ -1533,6 +1548,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
                 producer_poll(*prod, 5);
         }
         consumer_shadow_flush(pl);
+        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
         consumer_txn_tick(pl);
@@ -1547,6 +1563,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
 static void pipeline_fini(struct pipeline *pl)
 {
     rd_kafka_consumer_close(pl->rk);
+    consumer_out_acks_flush(pl);
     pl->h->consumer->pl = NULL;
     /* exactly_once: the copy is kept only when it is what the last
      * transaction committed (the close's revoke committed it) */
@@ -1577,6 +1594,7 @@ static void pipeline_fini(struct pipeline *pl)
             job_destroy(o->job);
             free(o->cond);
             free(o->op_id);
+            free(o->clog);
             free(o);
             o = n;
         }
@@ -1588,6 +1606,8 @@ static void pipeline_fini(struct pipeline *pl)
     producer_purge(pl->h->producer);
     while (pl->released) /* their fetches ended with the engine */
         consumer_released_free(pl, pl->released);
+    consumer_out_acks_flush(pl); /* the purge's reports */
+    free(pl->acks);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);

@@ -75,6 +75,11 @@ struct opctx {
                                    dropped */
     bool fetching;              /* handed to the fetch engine, its result
                                    not taken back yet */
+    unsigned char *clog;        /* its changelog value as its completion
+                                   wrote it (store_complete_req.changelog),
+                                   produced on the result's acknowledgement
+                                   without a read; NULL before */
+    size_t clog_len;
 };
 
 enum out_kind {
@@ -112,6 +117,15 @@ struct outmsg {
     char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */
     struct outmsg *next_conflict;  /* conflict reports in flight */
     int64_t retry_at_ms;
+};
+
+/* An outbox entry whose changelog record was acknowledged, waiting for
+ * consumer_out_acks_flush. */
+struct outbox_ack {
+    uint64_t seq;
+    char *op_id;
+    struct opctx *op;     /* finishes after the flush, or NULL */
+    struct pmsg *msg;     /* done after the flush, or NULL */
 };
 
 /* A message held for a later claim (store trouble, or an op leased by
@@ -177,6 +191,8 @@ struct pipeline {
                              revoke (consumer_stop.c) */
     dd_err_t fatal;       /* a rebalance decided the run cannot go on */
     char fatal_msg[DD_ERRSTR_SIZE];
+    struct outbox_ack *acks; /* collected, for consumer_out_acks_flush */
+    size_t n_acks, cap_acks;
     /* processing.guarantee exactly_once (consumer_txn.c) */
     bool eos;
     bool txn_dirty;       /* produced or an offset moved since the last
@@ -396,6 +412,13 @@ void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
                                const char *op_id, uint64_t seq,
                                struct opctx *op, struct pmsg *msg);
 
+/* consumer_out_changelog_op() with the record's value \p v (\p len
+ * bytes, borrowed) known: no read of the store. */
+void consumer_out_changelog_value(struct pipeline *pl, int32_t partition,
+                                  const char *op_id, const void *v,
+                                  size_t len, uint64_t seq, struct opctx *op,
+                                  struct pmsg *msg);
+
 /* Produce a changelog record \p key -> \p value (borrowed) to partition
  * \p partition; \p msg (if not NULL) is done on its acknowledgement. */
 void consumer_out_changelog(struct pipeline *pl, int32_t partition,
@@ -414,6 +437,13 @@ void consumer_out_free(struct outmsg *m);
  * producer_poll/flush/purge there). */
 void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
                      int32_t partition, int64_t offset);
+
+/* Acknowledge the outbox entries collected since the last call in one
+ * store batch (store_outbox_ack_batch), then finish their ops (or await
+ * their durability) and mark their messages done.  Called after every
+ * serving of delivery reports that may be followed by a commit, a drain's
+ * check or the end. */
+void consumer_out_acks_flush(struct pipeline *pl);
 
 /* Send again the messages of the retry list whose time has come. */
 void consumer_out_retry_due(struct pipeline *pl);

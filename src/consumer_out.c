@@ -152,16 +152,10 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
     return m;
 }
 
-/* A changelog record was acknowledged (or there was none to write): the
- * outbox entry \p seq goes, then \p op finishes once its completion is
- * durable (store.sync), or \p msg is done. */
-static void changelog_acked(struct pipeline *pl, uint64_t seq,
-                            const char *op_id, struct opctx *op,
-                            struct pmsg *msg)
+/* \p op finishes once its completion is durable (store.sync), or \p msg
+ * is done. */
+static void ack_finish(struct pipeline *pl, struct opctx *op, struct pmsg *msg)
 {
-    char e[DD_ERRSTR_SIZE];
-    if (seq && store_outbox_ack(pl->store, seq, op_id, e, sizeof(e)))
-        log_msg(LOG_ERR, "store", "%s", e);
     if (op) {
         if (store_durable(pl->store) >= op->ticket) {
             consumer_op_finish(pl, op);
@@ -172,6 +166,53 @@ static void changelog_acked(struct pipeline *pl, uint64_t seq,
     }
     if (msg)
         consumer_msg_done(pl, msg);
+}
+
+/* A changelog record was acknowledged (or there was none to write): the
+ * outbox entry \p seq goes, then ack_finish.  With an entry, that waits for
+ * consumer_out_acks_flush (one store batch for the acknowledgements the
+ * loop collected). */
+static void changelog_acked(struct pipeline *pl, uint64_t seq,
+                            const char *op_id, struct opctx *op,
+                            struct pmsg *msg)
+{
+    if (!seq) {
+        ack_finish(pl, op, msg);
+        return;
+    }
+    if (pl->n_acks == pl->cap_acks) {
+        pl->cap_acks = pl->cap_acks ? 2 * pl->cap_acks : 256;
+        pl->acks = dd_xrealloc(pl->acks, pl->cap_acks * sizeof(*pl->acks),
+                               "outbox acknowledgements");
+    }
+    pl->acks[pl->n_acks++] = (struct outbox_ack){
+        .seq = seq, .op_id = dd_xstrdup(op_id, "outbox acknowledgement"),
+        .op = op, .msg = msg};
+}
+
+void consumer_out_acks_flush(struct pipeline *pl)
+{
+    size_t n = pl->n_acks;
+    if (!n)
+        return;
+    pl->n_acks = 0;
+    struct store_outbox_ack_req *req =
+        dd_xcalloc(n, sizeof(*req), "outbox acknowledgements");
+    for (size_t i = 0; i < n; i++)
+        req[i] = (struct store_outbox_ack_req){.seq = pl->acks[i].seq,
+                                               .op_id = pl->acks[i].op_id};
+    char e[DD_ERRSTR_SIZE];
+    if (store_outbox_ack_batch(pl->store, req, n, e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "acknowledging %zu outbox entries: %s", n,
+                e);
+    for (size_t i = 0; i < n; i++) {
+        if (req[i].err == DD_ERR_INVAL)
+            log_msg(LOG_ERR, "store", "outbox entry %llu of %.64s: refused",
+                    (unsigned long long)req[i].seq, pl->acks[i].op_id);
+        free(pl->acks[i].op_id);
+        ack_finish(pl, pl->acks[i].op, pl->acks[i].msg);
+    }
+    free(req);
 }
 
 /* A conflict report was acknowledged: mark it, then record the mark in the
@@ -255,8 +296,13 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         /* The result is on the topic; now the decision's record: the op's
          * messages are done once it is acknowledged (DESIGN.md section 4:
          * a visible record never names a result not on the topic). */
-        consumer_out_changelog_op(pl, m->op->partition, m->op->op_id, m->seq,
-                                  m->op, NULL);
+        if (m->op->clog) /* as its completion wrote it: no read */
+            consumer_out_changelog_value(pl, m->op->partition, m->op->op_id,
+                                         m->op->clog, m->op->clog_len, m->seq,
+                                         m->op, NULL);
+        else
+            consumer_out_changelog_op(pl, m->op->partition, m->op->op_id,
+                                      m->seq, m->op, NULL);
         break;
     case OUT_REPLAY:
         pl->st->results++;
@@ -314,6 +360,14 @@ void consumer_out_changelog_op(struct pipeline *pl, int32_t partition,
         changelog_acked(pl, seq, op_id, op, msg);
         return;
     }
+    consumer_out_changelog_value(pl, partition, op_id, v, len, seq, op, msg);
+}
+
+void consumer_out_changelog_value(struct pipeline *pl, int32_t partition,
+                                  const char *op_id, const void *v,
+                                  size_t len, uint64_t seq, struct opctx *op,
+                                  struct pmsg *msg)
+{
     struct outmsg *m = consumer_out_new(pl, OUT_CHANGELOG, pl->changelog,
                                         op_id, strlen(op_id), v, len);
     m->partition = partition;

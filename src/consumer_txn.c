@@ -144,6 +144,7 @@ static bool txn_settle(struct pipeline *pl, int64_t deadline)
         if (producer_flush(pl->h->producer, TXN_SETTLE_WAIT_MS) == DD_OK)
             producer_poll(pl->h->producer, 0);
         consumer_out_producer_check(pl);
+        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         if (pl->fatal || pl->txn_fail[0])
             return false;

@@ -768,6 +768,7 @@ static void complete_batch_prepare(struct store *s,
     for (size_t i = 0; i < n; i++) {
         struct store_complete_req *r = &reqs[i];
         r->seq = 0;
+        r->changelog_len = 0;
         r->errstr[0] = '\0';
         r->validator_write = STORE_VALIDATOR_NONE;
         r->err = complete_check("store_complete_batch", r->op_id, r->state,
@@ -885,6 +886,9 @@ static dd_err_t complete_batch_write(struct store *s,
     for (size_t i = 0; i < n; i++)
         if (!reqs[i].err) {
             reqs[i].ticket = ticket;
+            if (reqs[i].changelog)
+                reqs[i].changelog_len =
+                    store_changelog_encode(&cb->ops[i], reqs[i].changelog);
             store_index_put(s->idx, &cb->keys[i], &cb->ops[i], now_ms,
                             STORE_INDEX_UPSERT);
             atomic_fetch_add(&s->pending, 1);
@@ -1028,6 +1032,129 @@ out:
     if (batch)
         rocksdb_writebatch_destroy(batch);
     rocksdb_free(val);
+    return err;
+}
+
+/* store_outbox_ack_batch's first pass, under the stripes: read the ops,
+ * stage the acknowledgements whose op still names its entry (mark[i]),
+ * write them.  @returns the write's error. */
+static dd_err_t ack_batch_stage(struct store *s,
+                                struct store_outbox_ack_req *reqs, size_t n,
+                                const struct store_index_key *keys,
+                                struct store_op *ops, bool *mark,
+                                char *errstr, size_t errstr_size)
+{
+    const char **ks = malloc(n * sizeof(*ks));
+    size_t *sizes = malloc(n * sizeof(*sizes));
+    rocksdb_pinnableslice_t **vals = calloc(n, sizeof(*vals));
+    char **errs = calloc(n, sizeof(*errs));
+    dd_err_t err = DD_OK;
+    if (!ks || !sizes || !vals || !errs) {
+        err = DD_ERR_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ks[i] = reqs[i].op_id;
+        sizes[i] = strlen(reqs[i].op_id);
+    }
+    rocksdb_batched_multi_get_cf(s->db, s->ropts, s->cf[CF_OPS], n, ks, sizes,
+                                 vals, errs, false);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    size_t staged = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t vlen = 0;
+        const char *v = vals[i] ? rocksdb_pinnableslice_value(vals[i], &vlen)
+                                : NULL;
+        memset(&ops[i], 0, sizeof(ops[i]));
+        mark[i] = !errs[i] && v &&
+                  store_codec_op_decode(v, vlen, reqs[i].op_id, &ops[i], NULL,
+                                        0) == DD_OK &&
+                  ops[i].outbox_seq == reqs[i].seq &&
+                  ops[i].outbox_state == STORE_OUTBOX_PENDING;
+        rocksdb_free(errs[i]);
+        if (vals[i])
+            rocksdb_pinnableslice_destroy(vals[i]);
+        if (!mark[i])
+            continue;
+        unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
+        store_codec_outbox_key(reqs[i].seq, key);
+        rocksdb_writebatch_delete_cf(wb, s->cf[CF_OUTBOX], (const char *)key,
+                                     sizeof(key));
+        unsigned char vbuf[STORE_CODEC_OP_VALUE_MAX];
+        ops[i].outbox_state = STORE_OUTBOX_SENT;
+        size_t m = store_codec_op_encode(&ops[i], vbuf, sizeof(vbuf));
+        assert(m > 0);
+        rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], reqs[i].op_id,
+                                  sizes[i], (const char *)vbuf, m);
+        staged++;
+    }
+    char *rerr = NULL;
+    if (staged)
+        rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    if (rerr) {
+        err = store_write_fail(s, rerr, "rocksdb_write(outbox ack batch)",
+                               "batch", errstr, errstr_size);
+        store_index_write_failed(s);
+        goto out;
+    }
+    int64_t now = store_clock_ms(s);
+    for (size_t i = 0; i < n; i++)
+        if (mark[i]) {
+            store_index_put(s->idx, &keys[i], &ops[i], now,
+                            STORE_INDEX_UPSERT);
+            atomic_fetch_sub(&s->pending, 1);
+        }
+out:
+    free(ks);
+    free(sizes);
+    free(vals);
+    free(errs);
+    return err;
+}
+
+dd_err_t store_outbox_ack_batch(struct store *s,
+                                struct store_outbox_ack_req *reqs, size_t n,
+                                char *errstr, size_t errstr_size)
+{
+    if (n == 0)
+        return DD_OK;
+    struct store_index_key *keys = malloc(n * sizeof(*keys));
+    struct store_op *ops = malloc(n * sizeof(*ops));
+    bool *mark = calloc(n, sizeof(*mark));
+    uint64_t locked[STORE_STRIPES / 64] = {0};
+    dd_err_t err = DD_OK;
+    if (!keys || !ops || !mark) {
+        err = DD_ERR_NOMEM;
+        dd_errstr_set(errstr, errstr_size,
+                      "store_outbox_ack_batch: out of memory (%zu)", n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].err = store_op_id_check("store_outbox_ack_batch",
+                                        reqs[i].op_id, errstr, errstr_size);
+        if (reqs[i].err) { /* never staged: refused again below */
+            reqs[i].op_id = "";
+            continue;
+        }
+        store_index_digest(s->idx, reqs[i].op_id, strlen(reqs[i].op_id),
+                           &keys[i]);
+        stripes_add(locked, &keys[i]);
+    }
+    stripes_lock(s, locked);
+    err = ack_batch_stage(s, reqs, n, keys, ops, mark, errstr, errstr_size);
+    stripes_unlock(s, locked);
+    for (size_t i = 0; i < n; i++) {
+        if (err)
+            reqs[i].err = err;
+        else if (!mark[i] && !reqs[i].err) /* the rare cases, one by one */
+            reqs[i].err = store_outbox_ack(s, reqs[i].seq, reqs[i].op_id,
+                                           errstr, errstr_size);
+    }
+out:
+    free(keys);
+    free(ops);
+    free(mark);
     return err;
 }
 
