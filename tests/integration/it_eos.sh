@@ -62,8 +62,8 @@
 # alike (HTTP://) and the conflicting requests of chunk r-2's job_keys (every
 # 25th job has one): each logical job is submitted 3 times, across phases.
 #
-# Short form by default (300 logical jobs, 100..112 s on 2 cores);
-# EOS_JOBS=3000 for a longer run (not in the suite).
+# Short form by default (300 logical jobs, 100..120 s on 2 cores);
+# EOS_JOBS=1000 (about 2 minutes) or more for a longer run (not in the suite).
 PARTITIONS=6
 source "$(dirname "$0")/lib.sh"
 multi_setup
