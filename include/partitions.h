@@ -204,6 +204,15 @@ size_t partitions_outstanding(const struct partitions *p, int32_t partition);
 void partitions_eof_set(struct partitions *p, int32_t partition, bool eof);
 
 /**
+ * @returns whether \p partition is assigned and at its end (its last event
+ *          was a PARTITION_EOF): the consumer lag gauge counts it 0 also
+ *          before any message of the assignment was consumed (when
+ *          rd_kafka_position is still unknown).
+ * @locality pipeline thread.
+ */
+bool partitions_at_eof(const struct partitions *p, int32_t partition);
+
+/**
  * @returns true when some partition is assigned and every assigned one is
  *          at its end (the idle exit of `run --exit-when-idle`).
  */

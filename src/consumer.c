@@ -1358,7 +1358,15 @@ static void update_gauges(struct pipeline *pl)
         if (rd_kafka_get_watermark_offsets(pl->rk, a->elems[i].topic,
                                            a->elems[i].partition, &lo, &hi))
             continue;
-        int64_t pos = a->elems[i].offset >= 0 ? a->elems[i].offset : lo;
+        /* no message consumed since the assignment: the position is
+         * unknown; at the end (EOF) the lag is 0, else the commit point or,
+         * lacking one, the log start bounds it */
+        int32_t p = a->elems[i].partition;
+        int64_t cp = partitions_commit_point(pl->parts, p);
+        int64_t pos = a->elems[i].offset >= 0 ? a->elems[i].offset
+                      : partitions_at_eof(pl->parts, p) ? hi
+                      : cp >= 0                          ? cp
+                                                         : lo;
         if (hi > pos)
             lag += hi - pos;
     }

@@ -221,6 +221,12 @@ void partitions_eof_set(struct partitions *p, int32_t partition, bool eof)
     part_get(p, partition)->eof = eof;
 }
 
+bool partitions_at_eof(const struct partitions *p, int32_t partition)
+{
+    const struct part *t = part_find(p, partition);
+    return t && t->assigned && t->eof;
+}
+
 bool partitions_all_eof(const struct partitions *p)
 {
     bool any = false;

@@ -594,8 +594,11 @@ START_TEST(test_partitions_all_eof_over_assigned_partitions_only)
     partitions_eof_set(P, 7, false);   /* not assigned: does not count */
     partitions_eof_set(P, 1, true);
     ck_assert(partitions_all_eof(P));
+    ck_assert(partitions_at_eof(P, 0) && partitions_at_eof(P, 1));
+    ck_assert(!partitions_at_eof(P, 7)); /* not assigned */
     partitions_eof_set(P, 1, false);   /* a message polled after the EOF */
     ck_assert(!partitions_all_eof(P));
+    ck_assert(!partitions_at_eof(P, 1) && partitions_at_eof(P, 0));
 
     int32_t one = 1;
     struct partitions_plan plan;
