@@ -6,8 +6,17 @@
  *   {"messages":N,"bytes":B,"partitions":P,"seconds":S,"messages_per_second":R,
  *    "wall_seconds":W,"ts_first_ms":T0,"ts_last_ms":T1}
  *
- *   raw_consumer -b HOST:PORT -t TOPIC [--group G] [-X prop=value ...]
+ *   raw_consumer -b HOST:PORT -t TOPIC [--group G] [--produce OUT] [-X prop=value ...]
  *   raw_consumer -b HOST:PORT --delete TOPIC[,TOPIC...]
+ *
+ * --produce OUT makes it the consume-and-produce ceiling (issue 13): for every
+ * message read it produces one small record (key: the message's key, value:
+ * 64 bytes) to OUT through a producer set up as dedupd's (idempotent,
+ * acks=all, linger.ms 5, zstd, murmur2_random), no dedup, no store; it waits
+ * for every delivery report, then prints {"messages","produced",
+ * "delivery_failed","seconds","messages_per_second","flush_seconds"} instead
+ * ("seconds" is first to last message read, as dedupd's; exit 1 when a
+ * delivery failed).
  *
  * Default: rd_kafka_assign() of every partition from the beginning (no group
  * join, so no 3 s rebalance wait), until EOF on every partition.  --group G
@@ -47,7 +56,7 @@ static double now_s(void)
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: raw_consumer -b BOOTSTRAP -t TOPIC [--group G] [-X prop=val]...\n"
+            "usage: raw_consumer -b BOOTSTRAP -t TOPIC [--group G] [--produce OUT] [-X prop=val]...\n"
             "       raw_consumer -b BOOTSTRAP --delete TOPIC[,TOPIC...]\n");
     exit(2);
 }
@@ -107,9 +116,61 @@ static void setc(rd_kafka_conf_t *c, const char *k, const char *v)
     }
 }
 
+static uint64_t g_delivery_failed;
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    (void)opaque;
+    if (m->err)
+        g_delivery_failed++;
+}
+
+/* The --produce producer: dedupd's producer settings (src/producer.c). */
+static rd_kafka_t *relay_new(const char *brokers)
+{
+    rd_kafka_conf_t *c = rd_kafka_conf_new();
+    setc(c, "bootstrap.servers", brokers);
+    setc(c, "enable.idempotence", "true");
+    setc(c, "acks", "all");
+    setc(c, "linger.ms", "5");
+    setc(c, "compression.type", "zstd");
+    setc(c, "partitioner", "murmur2_random");
+    rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
+    char e[512];
+    rd_kafka_t *p = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof(e));
+    if (!p) {
+        fprintf(stderr, "raw_consumer: producer: %s\n", e);
+        exit(1);
+    }
+    return p;
+}
+
+/* One small record for \p m to \p out (retried while the queue is full). */
+static void relay(rd_kafka_t *p, const char *out, const rd_kafka_message_t *m)
+{
+    static const char value[64] = "{\"relay\":1}";
+    const void *key = m->key_len ? m->key : (const void *)"k";
+    size_t klen = m->key_len ? m->key_len : 1;
+    for (;;) {
+        rd_kafka_resp_err_t e = rd_kafka_producev(
+            p, RD_KAFKA_V_TOPIC(out), RD_KAFKA_V_KEY(key, klen),
+            RD_KAFKA_V_VALUE((void *)value, sizeof(value)),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+        if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            if (e)
+                g_delivery_failed++;
+            break;
+        }
+        rd_kafka_poll(p, 10);
+    }
+    rd_kafka_poll(p, 0);
+}
+
 int main(int argc, char **argv)
 {
     const char *brokers = NULL, *topic = NULL, *group = NULL, *del = NULL;
+    const char *out = NULL;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -124,6 +185,8 @@ int main(int argc, char **argv)
             group = v;
         else if (!strcmp(a, "--delete"))
             del = v;
+        else if (!strcmp(a, "--produce"))
+            out = v;
         else if (!strcmp(a, "-X")) {
             char *kv = strdup(v), *eq = strchr(kv, '=');
             if (!eq)
@@ -196,6 +259,8 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    rd_kafka_t *prod = out ? relay_new(brokers) : NULL;
+    uint64_t produced = 0;
     bool *eof = calloc((size_t)nparts, sizeof(bool));
     int n_eof = 0;
     uint64_t msgs = 0, bytes = 0;
@@ -220,6 +285,10 @@ int main(int argc, char **argv)
             t_last = t;
             msgs++;
             bytes += m->len + m->key_len;
+            if (prod) {
+                relay(prod, out, m);
+                produced++;
+            }
             int64_t ts = rd_kafka_message_timestamp(m, NULL);
             if (ts > 0) {
                 if (ts < ts_min)
@@ -236,15 +305,29 @@ int main(int argc, char **argv)
         rd_kafka_message_destroy(m);
     }
     double secs = t_last - t_first;
+    double t_flush = now_s();
+    if (prod && rd_kafka_flush(prod, 60000))
+        fprintf(stderr, "raw_consumer: %d records not delivered in 60 s\n",
+                rd_kafka_outq_len(prod));
+    double flush_s = now_s() - t_flush;
     double wall = now_s() - t_start;
-    printf("{\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"partitions\":%d,"
+    if (!prod)
+        printf("{\"messages\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"partitions\":%d,"
            "\"seconds\":%.3f,\"messages_per_second\":%.1f,\"wall_seconds\":%.3f,"
            "\"ts_first_ms\":%" PRId64 ",\"ts_last_ms\":%" PRId64 "}\n",
            msgs, bytes, nparts, secs, secs > 0 ? (double)msgs / secs : 0.0, wall,
            ts_min == INT64_MAX ? 0 : ts_min, ts_max);
+    else
+        printf("{\"messages\":%" PRIu64 ",\"produced\":%" PRIu64
+               ",\"delivery_failed\":%" PRIu64 ",\"seconds\":%.3f,"
+               "\"messages_per_second\":%.1f,\"flush_seconds\":%.3f}\n",
+               msgs, produced, g_delivery_failed, secs,
+               secs > 0 ? (double)msgs / secs : 0.0, flush_s);
     fflush(stdout);
     free(eof);
+    if (prod)
+        rd_kafka_destroy(prod);
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
-    return n_eof == nparts ? 0 : 1;
+    return n_eof == nparts && !g_delivery_failed ? 0 : 1;
 }

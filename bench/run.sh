@@ -43,7 +43,9 @@
 #       instead), on one topic filled once by `dedupd submit` (50% duplicates,
 #       4 partitions, keyed by op_id) and read through once to warm the page
 #       cache: BENCH_PEER_ROUNDS (3) rounds, the order reversed every other
-#       round, of raw_consumer (the ceiling), `dedupd run --shadow`
+#       round, of raw_consumer (the ceiling), raw_consumer --produce (the
+#       consume-and-produce ceiling: one small record per message read, a
+#       group as dedupd's, no dedup, no store), `dedupd run --shadow`
 #       (at_least_once, then processing.guarantee=exactly_once; fresh group and
 #       store each run), the Python + Redis peer (bench/peers/python-redis,
 #       PIPELINE=1 and 0; its own redis-server, AOF everysec, in the work dir)
@@ -611,6 +613,9 @@ peer_run() {
     raw)
       out=$("$RAW" -b "$KAFKA_BOOTSTRAP" -t "$t.jobs" 2>>"$lg") || rc=$?
       out=$(jq -c '. + {consumed: .messages, msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true ;;
+    relay) # the consume-and-produce ceiling: one small record per message read
+      out=$("$RAW" -b "$KAFKA_BOOTSTRAP" -t "$t.jobs" --group "$t.relay.$r" --produce "$t.relay.results" 2>>"$lg") || rc=$?
+      out=$(jq -c '. + {consumed: .messages, msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true ;;
     dd|dd_eos)
       local g=at_least_once
       [ "$sys" = dd_eos ] && g=exactly_once
@@ -654,7 +659,7 @@ peer_sum() {
        all: ($runs | map(.msgs_per_s)),
        errors: ($runs | map(select(.rc != 0) | "\($s) round \(.round): rc \(.rc)")),
        wrong: ($runs | map(select(.rc == 0 and (.consumed != $n or
-                 ($s != "raw" and .new != $u)))
+                 ($s != "raw" and $s != "relay" and .new != $u)))
                | "\($s) round \(.round): consumed \(.consumed) of \($n), new \(.new) (distinct \($u))"))}' \
     "$SP_D/runs.ndjson"
 }
@@ -688,6 +693,7 @@ s13p() {
   local d=$SP_D t=$SP_T
   mkdir -p "$d/logs" "$d/store" "$d/state"
   extra_topic "$t.peer.results"
+  extra_topic "$t.relay.results"
   [ -x "$PY_PEER" ] || die "$PY_PEER is missing"
   log "13p: $NP jobs (50% duplicates) into $t.jobs"
   "$ROOT/bench/gen_jobs.sh" "$NP" "$t" mixed "$ORIGIN_PAGES" >"$d/jobs.ndjson" || die "gen_jobs failed"
@@ -705,7 +711,7 @@ s13p() {
   trap 'PEER_REDIS_DIR=$SP_REDIS_DIR PEER_REDIS_PORT=$SP_REDIS_PORT "$PY_PEER" --redis-down >/dev/null 2>&1 || true' EXIT
   SP_REDIS=$(env -u REDIS_URL PEER_REDIS_DIR="$d/redis" PEER_REDIS_PORT="$rport" "$PY_PEER" --redis-up 2>>"$d/logs/redis-up.log") ||
     die "13p: python-redis setup / redis-server failed: $(tail -n 3 "$d/logs/redis-up.log")"
-  local systems=(raw dd dd_eos py_pipe py_msg) ks=0
+  local systems=(raw relay dd dd_eos py_pipe py_msg) ks=0
   if [ -x "$KS_PEER" ]; then systems+=(ks_alos ks_eos); ks=1
   else log "13p: $KS_PEER is not there: the Kafka Streams rows are skipped"; fi
   SP_IN=$(jq -nc --argjson n "$SP_N" --argjson u "$SP_UNIQ" --argjson p $PARTS \
@@ -715,7 +721,8 @@ s13p() {
   SP_SETUP=$(jq -nc --arg o "${systems[*]}" --arg rv "$(redis-server --version 2>/dev/null)" '{
       topic: "filled once by dedupd submit (headers), keyed by op_id; every run reads it whole (MAX_MESSAGES = its size)",
       order: "\($o), reversed every other round", page_cache: "warm (kcat -C once)",
-      dedupd: "run --shadow, store.sync true, fresh store and group per run",
+      dedupd: "run --shadow, default settings (store.sync false, the changelog on), fresh store and group per run; dd_eos: processing.guarantee exactly_once",
+      relay: "raw_consumer --group --produce: one 64-byte record per message read, producer as dedupd (idempotent, acks=all, linger 5 ms, zstd), no dedup, no store",
       python_redis: "bench/peers/python-redis: confluent-kafka consume(1000), SET NX EX, producer idempotent acks=all linger 5 ms zstd, flushed before each async commit; fresh group and key prefix per run",
       redis: "\($rv); appendonly yes, appendfsync everysec, no RDB snapshots; 127.0.0.1 TCP",
       kstreams: "bench/peers/kstreams (its README: JVM options, commit intervals, store)"}')
@@ -733,6 +740,7 @@ s13p() {
   }
   peer_row 13p-0 "peers: dedupd shadow vs raw consumer (the ceiling)" dd raw "raw_consumer"
   peer_row 13p-0b "peers: dedupd shadow exactly_once vs raw consumer" dd_eos raw "raw_consumer"
+  peer_row 13p-0c "peers: dedupd shadow vs consume-and-produce (the second ceiling)" dd relay "raw_consumer --produce"
   if [ $ks = 1 ]; then
     peer_row 13p-1 "dedupd shadow vs kstreams at_least_once" dd ks_alos "Kafka Streams at_least_once"
     peer_row 13p-2 "dedupd shadow exactly_once vs kstreams exactly_once_v2" dd_eos ks_eos "Kafka Streams exactly_once_v2"
@@ -747,7 +755,7 @@ s13p() {
 
 # ---- run ------------------------------------------------------------------------------
 declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b" [7]="7 7b"
-  [13p]="13p-0 13p-0b 13p-1 13p-2 13p-3 13p-4")
+  [13p]="13p-0 13p-0b 13p-0c 13p-1 13p-2 13p-3 13p-4")
 if [ "$QUICK" = 0 ] && [[ $STORE_SIZES == *,* ]]; then ROWS_OF[4]="4a 4b 4c 4d"; fi
 declare -A TITLE=([1]="replay storm" [2]="new-claim path" [3]="through a proxy" [4]="store"
   [5]="latency" [6]="shadow mode" [7]="changelog restore" [13p]="benchmark peers")
