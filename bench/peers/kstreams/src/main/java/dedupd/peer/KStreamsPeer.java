@@ -2,6 +2,7 @@ package dedupd.peer;
 
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
@@ -195,7 +196,27 @@ public final class KStreamsPeer {
             return 2;
         }
         String stateDir = env("STATE_DIR", null);
-        if (stateDir == null) stateDir = Files.createTempDirectory("peer-ks-state-").toString();
+        final Path tempState = stateDir == null ? Files.createTempDirectory("peer-ks-state-") : null;
+        if (tempState != null) stateDir = tempState.toString();
+        try {
+            return runWith(bootstrap, in, out, group, maxMessages, idleMs, startTimeoutMs, ttlMs, punctuateMs,
+                    caching, guarantee, stateDir);
+        } finally {
+            if (tempState != null) deleteTree(tempState); // our own temp dir: removed after close
+        }
+    }
+
+    static void deleteTree(Path root) {
+        try (java.util.stream.Stream<Path> walk = Files.walk(root)) {
+            walk.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        } catch (java.io.IOException e) {
+            System.err.println("kstreams-peer: could not remove " + root + ": " + e);
+        }
+    }
+
+    static int runWith(String bootstrap, String in, String out, String group, long maxMessages, long idleMs,
+            long startTimeoutMs, long ttlMs, long punctuateMs, boolean caching, String guarantee,
+            String stateDir) throws Exception {
 
         ensureOutTopic(bootstrap, in, out);
 
