@@ -208,13 +208,7 @@ wait_idle() {
 }
 
 # ---- the jobs ---------------------------------------------------------------
-slow_pages "$L" 0 12288 > "$WORK/fast.urls"
-slow_pages "$L" > "$WORK/slow.urls"
-awk 'NR == FNR {f[FNR] = $0; next} {s[FNR] = $0}
-  END {for (i = 1; i <= length(f); i++) {
-    u = (i % 2 == 0) ? s[i] : f[i]
-    if (i % 25 == 0) printf "{\"url\":\"%s\",\"job_key\":\"eos-%d\"}\n", u, i
-    else printf "{\"url\":\"%s\"}\n", u }}' "$WORK/fast.urls" "$WORK/slow.urls" > "$WORK/logical.ndjson"
+logical_jobs "$L" 2 25 eos > "$WORK/logical.ndjson"
 split -l "$CHUNK" -d -a 4 "$WORK/logical.ndjson" "$WORK/chunk."
 chunks=("$WORK"/chunk.????)
 (( ${#chunks[@]} == W )) || fail "$L jobs split into ${#chunks[@]} chunks, not $W"

@@ -36,13 +36,7 @@ CHUNK=200
 MULTI_IDLE_LIMIT_S=$(( 120 + L / 20 ))
 
 # ---- the jobs ---------------------------------------------------------------
-slow_pages "$L" 0 12288 > "$WORK/fast.urls"
-slow_pages "$L" > "$WORK/slow.urls"
-awk 'NR == FNR {f[FNR] = $0; next} {s[FNR] = $0}
-  END {for (i = 1; i <= length(f); i++) {
-    u = (i % 3 == 0) ? s[i] : f[i]
-    if (i % 40 == 0) printf "{\"url\":\"%s\",\"job_key\":\"so-%d\"}\n", u, i
-    else printf "{\"url\":\"%s\"}\n", u }}' "$WORK/fast.urls" "$WORK/slow.urls" > "$WORK/logical.ndjson"
+logical_jobs "$L" 3 40 so > "$WORK/logical.ndjson"
 split -l $CHUNK -d -a 4 "$WORK/logical.ndjson" "$WORK/chunk."
 chunks=("$WORK"/chunk.????)
 R=${#chunks[@]}

@@ -360,6 +360,21 @@ slow_pages() {
     END {for (i = o; i < o + n; i++) print p[i % NR + 1] "?t=" t "&n=" i}' "$WORK/slow.pages"
 }
 
+# logical_jobs N SLOW_EVERY KEY_EVERY PREFIX: N logical jobs, one JSON line
+# each, on stdout: every SLOW_EVERY-th a slow page of the origin (else a
+# fast one, under 12 KiB), every KEY_EVERY-th with job_key PREFIX-<i> (a
+# conflict can be sent later under that key); the URL lists stay in
+# $WORK/fast.urls and $WORK/slow.urls.
+logical_jobs() {
+  slow_pages "$1" 0 12288 > "$WORK/fast.urls"
+  slow_pages "$1" > "$WORK/slow.urls"
+  awk -v se="$2" -v ke="$3" -v kp="$4" 'NR == FNR {f[FNR] = $0; next} {s[FNR] = $0}
+    END {for (i = 1; i <= length(f); i++) {
+      u = (i % se == 0) ? s[i] : f[i]
+      if (i % ke == 0) printf "{\"url\":\"%s\",\"job_key\":\"%s-%d\"}\n", u, kp, i
+      else printf "{\"url\":\"%s\"}\n", u }}' "$WORK/fast.urls" "$WORK/slow.urls"
+}
+
 # wait_inflight PORT N [TENTHS]: wait (up to TENTHS x 0.1 s, default 100) until
 # the run on admin port PORT has at least N ops in flight
 # (dedupd_ops_inflight, refreshed once a second); prints the last reading.
