@@ -163,6 +163,43 @@ START_TEST(test_job_resource_key_ignores_observation_fields)
 }
 END_TEST
 
+/* request_hash and resource_key are persisted (the store, the changelog, the
+ * results' event_key): their bytes must never change with the code that
+ * computes them.  Golden values of this version (jansson's compact,
+ * sorted-keys serialization of the canonical request); a faster serializer
+ * must reproduce them. */
+START_TEST(test_job_identity_golden_values)
+{
+    static const struct {
+        const char *json, *request_hash, *resource_key;
+    } g[] = {
+        {"{\"url\":\"http://Example.com:80/a/b?y=2&x=1\"}",
+         "296de10db4578372e340cd705166360c4986f3e97f0b186830a0b016adde044f",
+         "7cfc54edadacbf172647f63dd44078d8ac2599762e33c413e84877a758cd9636"},
+        {"{\"url\":\"https://example.com/p\",\"method\":\"POST\",\"headers\":"
+         "{\"Accept\":\"text/html\",\"X-Other\":\"1\"},\"body\":\"k=v\","
+         "\"country\":\"de\",\"parser_version\":3,\"scheduled_for\":"
+         "\"2026-12-01T00:00:00Z\",\"job_key\":\"k1\"}",
+         "5c15b96757064cd608cc6dfba28b8c050a634669c4c868d6e7e1c6f8041e8d7f",
+         "2e5490ca6c1de221b9413e987fdd6acc7eca82556d91c55b4705b2e9327d0247"},
+        {"{\"steps\":[{\"url\":\"http://example.com/login\",\"method\":\"GET\"},"
+         "{\"url\":\"http://example.com/data?\\u00e9=1\",\"headers\":"
+         "{\"Accept-Language\":\"de, \\\"en\\\"\"}}],\"scheduled_for\":"
+         "\"2026-12-01T10:00:00Z\"}",
+         "d34fec7e3d8a35e85477069e1fbf6a4c0dfb00c1c4f1f6c3d44b8ad325aabc24",
+         "0e3731b873ae1e16705b8888e29f85daaf2793692dc175923a539f31aab0f7b2"},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
+        struct job *j = parse(g[i].json);
+        ck_assert_msg(!strcmp(j->request_hash, g[i].request_hash),
+                      "job %zu: request_hash %s, want %s\n%s", i,
+                      j->request_hash, g[i].request_hash, j->canonical);
+        ck_assert_str_eq(j->resource_key, g[i].resource_key);
+        job_destroy(j);
+    }
+}
+END_TEST
+
 START_TEST(test_job_c01_host_case_request_hash)
 {
     json_t *c = load_case("C-01");
@@ -1427,6 +1464,7 @@ Suite *job_suite(void)
     Suite *s = suite_create("job");
     TCase *tc = tcase_create("cases");
     tcase_add_test(tc, test_job_resource_key_ignores_observation_fields);
+    tcase_add_test(tc, test_job_identity_golden_values);
     tcase_add_test(tc, test_job_c01_host_case_request_hash);
     tcase_add_test(tc, test_job_c02_reserved_escapes_request_hash);
     tcase_add_test(tc, test_job_c05_default_port_request_hash);
