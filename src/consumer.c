@@ -796,6 +796,11 @@ static bool control(struct pipeline *pl, const rd_kafka_message_t *rkm,
     log_ctx_msg(LOG_NOTICE, "consumer", &lc, found
                 ? "forgot the op: its next job is fetched again"
                 : "forget: the op is not in the store (nothing to forget)");
+    struct opctx *o = found ? op_find(pl, op_id) : NULL;
+    if (o) { /* its result's record is read back: the forget is newer */
+        free(o->clog);
+        o->clog = NULL;
+    }
     if (found)
         consumer_out_changelog(pl, rkm->partition, op_id, val, len, pm);
     else
@@ -1665,6 +1670,12 @@ dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
     consumer_stop_leave(pl, err);
 out:
     pipeline_fini(pl);
+    /* exactly_once: the last transaction (the stop's or the close's revoke)
+     * aborted or was fenced: not a clean exit */
+    if (!err && pl->fatal) {
+        err = pl->fatal;
+        dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
+    }
     return err;
 }
 
@@ -1825,6 +1836,8 @@ void consumer_handles_close(struct consumer_handles *h)
     h->producer = NULL;
     store_close(h->store);
     h->store = NULL;
+    consumer_txn_store_closed(h->eos_marker, h->clean);
+    h->eos_marker = NULL;
 }
 
 void consumer_stats_print(const struct consumer_stats *st, FILE *fp)

@@ -156,13 +156,16 @@ static bool txn_settle(struct pipeline *pl, int64_t deadline)
     }
 }
 
-/* The offsets of the assigned partitions to send, or NULL when none is
- * known yet. */
+/* The offsets to send (every partition owned or being revoked whose
+ * position is known), or NULL when none is. */
 static rd_kafka_topic_partition_list_t *txn_offset_list(struct pipeline *pl)
 {
     rd_kafka_topic_partition_list_t *l = NULL;
     for (int32_t p = 0; p < pl->n_txn_offsets; p++) {
-        if (pl->txn_offsets[p] < 0 || !partitions_assigned(pl->parts, p))
+        /* every partition with a position: those of a revoke too (the
+         * revoke's commit runs after partitions_revoke gave them up and
+         * before consumer_txn_revoked forgets them) */
+        if (pl->txn_offsets[p] < 0)
             continue;
         if (!l)
             l = rd_kafka_topic_partition_list_new(pl->n_txn_offsets);

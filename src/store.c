@@ -1050,6 +1050,8 @@ static dd_err_t ack_batch_stage(struct store *s,
     char **errs = calloc(n, sizeof(*errs));
     dd_err_t err = DD_OK;
     if (!ks || !sizes || !vals || !errs) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_outbox_ack_batch: out of memory (%zu)", n);
         err = DD_ERR_NOMEM;
         goto out;
     }
@@ -1074,6 +1076,11 @@ static dd_err_t ack_batch_stage(struct store *s,
         rocksdb_free(errs[i]);
         if (vals[i])
             rocksdb_pinnableslice_destroy(vals[i]);
+        /* the same entry twice in one batch: acknowledged once (the
+         * pending count is decremented once) */
+        for (size_t j = 0; mark[i] && j < i; j++)
+            if (mark[j] && reqs[j].seq == reqs[i].seq)
+                mark[i] = false;
         if (!mark[i])
             continue;
         unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
