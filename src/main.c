@@ -135,6 +135,11 @@ static void shadow_rename(struct cfg *cfg)
 
 /* ---- run ----------------------------------------------------------------- */
 
+/* exactly_once's in-process restart: how often and how long apart it tries
+ * to open the handles again when the broker does not answer. */
+#define RESTART_OPEN_TRIES 60
+#define RESTART_OPEN_WAIT_S 5
+
 static int cmd_run(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -170,10 +175,25 @@ static int cmd_run(int argc, char **argv)
     struct consumer_handles h;
     char e[DD_ERRSTR_SIZE];
     dd_err_t err;
+    unsigned open_failures = 0;
     for (unsigned restarts = 0;; restarts++) {
         err = consumer_handles_open(cfg, opts.shadow, &h, e, sizeof(e));
-        if (!err)
+        if (err && restarts > 0 && run && !hurry &&
+            open_failures++ < RESTART_OPEN_TRIES) {
+            /* a restart after an abort (often a broker outage): the broker
+             * may still be away; the marker keeps the copy to be dropped */
+            log_msg(LOG_WARNING, "main", "starting the pipeline again: %s; "
+                    "trying again in %d s (%u of %d)", e, RESTART_OPEN_WAIT_S,
+                    open_failures, RESTART_OPEN_TRIES);
+            consumer_handles_close(&h);
+            for (int s = 0; s < RESTART_OPEN_WAIT_S && run && !hurry; s++)
+                sleep(1);
+            continue;
+        }
+        if (!err) {
+            open_failures = 0;
             err = consumer_run(cfg, &h, &opts, &st, e, sizeof(e));
+        }
         /* exactly_once: an aborted transaction drops the local copy (the
          * next open does) and the pipeline starts again: rejoin, restore */
         bool again = err && h.wipe && run && !hurry && restarts < 1000;
