@@ -1383,6 +1383,7 @@ static void update_gauges(struct pipeline *pl)
  * durable since: their messages' offsets move on. */
 void consumer_release_durable(struct pipeline *pl)
 {
+    consumer_out_acks_flush(pl);
     if (!pl->await)
         return;
     uint64_t d = store_durable(pl->store);
@@ -1561,7 +1562,6 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
                 producer_poll(*prod, 5);
         }
         consumer_shadow_flush(pl);
-        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
         consumer_txn_tick(pl);
@@ -1661,12 +1661,7 @@ dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
     log_msg(LOG_INFO, "consumer",
             "running: instance %s run %s, group %s, topic %s",
             cfg->instance_id, h->run_id, cfg->group_id, cfg->topic_jobs);
-    if (!pl->fatal)
-        err = run_loop(pl, errstr, errstr_size);
-    else
-        err = pl->fatal;
-    if (pl->fatal && err == pl->fatal)
-        dd_errstr_set(errstr, errstr_size, "%s", pl->fatal_msg);
+    err = run_loop(pl, errstr, errstr_size);
     consumer_stop_leave(pl, err);
 out:
     pipeline_fini(pl);
@@ -1796,7 +1791,7 @@ dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
     job_conf_of(cfg, &jc);
     h->exactly_once = cfg_exactly_once(cfg);
     dd_err_t err = h->exactly_once
-                       ? consumer_txn_store_open(cfg, &sc, &h->store,
+                       ? consumer_txn_store_open(&sc, &h->store,
                                                  &h->eos_marker, errstr,
                                                  errstr_size)
                        : store_open(&sc, &h->store, errstr, errstr_size);

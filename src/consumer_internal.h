@@ -237,7 +237,8 @@ size_t consumer_drain_fetched(struct pipeline *pl, int timeout_ms);
 /* Shadow mode: complete the ops claimed in this loop iteration. */
 void consumer_shadow_flush(struct pipeline *pl);
 
-/* Finish the acknowledged ops whose completion is durable since. */
+/* Acknowledge the outbox entries collected since (consumer_out_acks_flush),
+ * then finish the acknowledged ops whose completion is durable since. */
 void consumer_release_durable(struct pipeline *pl);
 
 /* The work of \p pm is durable and acknowledged: its partition's commit
@@ -322,8 +323,7 @@ void consumer_backpressure(struct pipeline *pl, bool on);
  * marker is written (fsync'd) for this run.  *\p marker: its path, owned
  * (consumer_txn_store_closed frees it).  @returns store_open's errors;
  * DD_ERR_IO (the marker or the drop failed: errstr). */
-dd_err_t consumer_txn_store_open(const struct cfg *cfg,
-                                 const struct store_conf *sc,
+dd_err_t consumer_txn_store_open(const struct store_conf *sc,
                                  struct store **out, char **marker,
                                  char *errstr, size_t errstr_size);
 
@@ -440,9 +440,9 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
 
 /* Acknowledge the outbox entries collected since the last call in one
  * store batch (store_outbox_ack_batch), then finish their ops (or await
- * their durability) and mark their messages done.  Called after every
- * serving of delivery reports that may be followed by a commit, a drain's
- * check or the end. */
+ * their durability) and mark their messages done.  consumer_release_durable
+ * calls it (every serving of delivery reports is followed by one), and the
+ * end of the run. */
 void consumer_out_acks_flush(struct pipeline *pl);
 
 /* Send again the messages of the retry list whose time has come. */

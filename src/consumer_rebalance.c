@@ -263,7 +263,6 @@ static void revoke_turn(struct pipeline *pl, int wait_ms)
     consumer_out_producer_check(pl);
     consumer_out_retry_due(pl);
     consumer_shadow_flush(pl);
-    consumer_out_acks_flush(pl);
     consumer_release_durable(pl);
 }
 

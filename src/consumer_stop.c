@@ -114,11 +114,9 @@ dd_err_t consumer_stop_store_failed(struct pipeline *pl, const char *cause,
         producer_poll(pl->h->producer, 10);
         consumer_out_producer_check(pl);
         consumer_out_retry_due(pl);
-        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
     }
-    consumer_out_acks_flush(pl);
     consumer_release_durable(pl);
     consumer_flush_offsets(pl);
     /* the counts first: the cause (RocksDB's text) may be cut short */
@@ -146,7 +144,6 @@ void consumer_stop_leave(struct pipeline *pl, dd_err_t err)
                 "%d messages unacknowledged at exit; their outbox entries are "
                 "replayed at the next start", producer_outq_len(prod));
     producer_poll(prod, 0);
-    consumer_out_acks_flush(pl);
     /* The results acknowledged last wait for their fsync: make it now, so
      * their offsets are committed with the others (not when hurried, nor
      * after a failed store: never fsync again after a failed write). */

@@ -144,7 +144,6 @@ static bool txn_settle(struct pipeline *pl, int64_t deadline)
         if (producer_flush(pl->h->producer, TXN_SETTLE_WAIT_MS) == DD_OK)
             producer_poll(pl->h->producer, 0);
         consumer_out_producer_check(pl);
-        consumer_out_acks_flush(pl);
         consumer_release_durable(pl);
         if (pl->fatal || pl->txn_fail[0])
             return false;
@@ -292,12 +291,10 @@ static dd_err_t marker_write(const char *path, char *errstr,
     return DD_OK;
 }
 
-dd_err_t consumer_txn_store_open(const struct cfg *cfg,
-                                 const struct store_conf *sc,
+dd_err_t consumer_txn_store_open(const struct store_conf *sc,
                                  struct store **out, char **marker,
                                  char *errstr, size_t errstr_size)
 {
-    (void)cfg;
     size_t n = strlen(sc->path) + sizeof(".eos-open");
     char *m = dd_xmalloc(n, "marker");
     snprintf(m, n, "%s.eos-open", sc->path);
