@@ -14,6 +14,7 @@
 #ifndef DEDUPD_JSTR_H
 #define DEDUPD_JSTR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "err.h"
@@ -64,5 +65,32 @@ int jstr_utf8_valid(const void *p, size_t n);
  * @locality any thread; pure.
  */
 void jstr_text_clean(char *s, size_t size);
+
+/**
+ * @brief The bytes json_dumps(\p v, JSON_COMPACT | (\p sort_keys ?
+ *        JSON_SORT_KEYS : 0)) writes for \p v, in one pass: the canonical
+ *        form behind request_hash and resource_key and a job's meta
+ *        (job.c), where jansson's dump (a callback per token, its own key
+ *        sort, a malloc per object) cost about 9 us of the 20 us a job's
+ *        parse took (issue 13's profile).
+ * Objects `{"k":v,...}`, members sorted by key bytes when \p sort_keys
+ * (jansson 2.14's compare_keys: memcmp over the shorter length, then the
+ * shorter first), else in insertion order (jansson's own order since 2.8);
+ * arrays `[a,b]`; strings as jstr_quote; integers as `%lld`
+ * (JSON_INTEGER_FORMAT); true, false, null.
+ * @param v          A jansson value (borrowed), any type but real.
+ * @param sort_keys  Sort object members (JSON_SORT_KEYS).
+ * @param out        Out: malloc'd text, NUL-terminated; the caller owns it
+ *                   (free()).  Untouched on failure.
+ * @param out_len    Out: its length in bytes (without the NUL).
+ * @returns DD_OK; DD_ERR_INVAL when \p v holds what this writer leaves to
+ *          jansson (a real: jansson's "%.17g" rules; a string or key with a
+ *          NUL byte; nesting deeper than 64): call json_dumps() instead;
+ *          DD_ERR_NOMEM.
+ * @locality any thread; reentrant (reads \p v only).
+ */
+struct json_t;
+dd_err_t jstr_dump_compact(const struct json_t *v, bool sort_keys, char **out,
+                           size_t *out_len) DD_WUR;
 
 #endif

@@ -27,6 +27,12 @@
 
 #define SFMAP_BUCKETS 4096
 #define POLL_BATCH 1024 /* messages claimed together (one store batch) */
+/* Shadow ops fetch nothing and hold no body: from their claim to the
+ * acknowledgement of their result's changelog record (two broker round
+ * trips) they only wait.  fetch.max_inflight, sized for fetches, would idle
+ * the loop there (issue 13: a quarter of a run at the default 256); this
+ * bounds them instead (a few KB each: job, result, record). */
+#define SHADOW_MAX_INFLIGHT 8192
 #define PAUSE_AFTER_MS 1000 /* at capacity this long: pause and poll on */
 #define OFFSETS_CHUNK 256 /* partitions per rd_kafka_offsets_store call */
 
@@ -481,10 +487,15 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
     /* the claim record: the next owner after a crash waits out its lease
-     * (or takes it at once after a release) instead of fetching blindly */
-    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
-    size_t vlen = store_changelog_encode(op, v);
-    consumer_out_changelog(pl, o->partition, o->op_id, v, vlen, NULL);
+     * (or takes it at once after a release) instead of fetching blindly.
+     * A shadow op fetches nothing and its completion's record follows in
+     * this loop iteration: it has none (issue 13: a third of the records
+     * and of their delivery reports on the decision path) */
+    if (!pl->opts->shadow) {
+        unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+        size_t vlen = store_changelog_encode(op, v);
+        consumer_out_changelog(pl, o->partition, o->op_id, v, vlen, NULL);
+    }
     /* a reclaimed retryable op: its first attempt resumes the wait */
     if (op->state == STORE_OP_RETRYABLE)
         o->not_before_ms = op->not_before_ms > 0 ? op->not_before_ms : 1;
@@ -672,33 +683,50 @@ struct item {
 };
 
 /* Fast path (DESIGN.md section 2): the key equals the dedupd-op-id header and
- * the hot index holds that op finished with the dedupd-request-hash header's
- * hash: a duplicate, decided without parsing the value. */
-static bool fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
+ * either the hot index holds that op finished with the dedupd-request-hash
+ * header's hash (FAST_DONE: a duplicate, done), or this run tracks the op,
+ * claimed from this partition for that hash (FAST_ATTACHED: the message
+ * waits with the op's own, as claim_duplicate would have it after a parse);
+ * decided without parsing the value.  FAST_NO: the slow path decides. */
+enum fast { FAST_NO, FAST_DONE, FAST_ATTACHED };
+
+static enum fast fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
 {
     if (!pl->cfg->identity_trust_headers || !rkm->key || !rkm->key_len)
-        return false;
+        return FAST_NO;
     rd_kafka_headers_t *hdrs = NULL;
     if (rd_kafka_message_headers(rkm, &hdrs))
-        return false;
+        return FAST_NO;
     const void *id, *hash;
     size_t id_len, hash_len;
     if (rd_kafka_header_get_last(hdrs, "dedupd-op-id", &id, &id_len) ||
         rd_kafka_header_get_last(hdrs, "dedupd-request-hash", &hash, &hash_len))
-        return false;
+        return FAST_NO;
     if (id_len != rkm->key_len || memcmp(id, rkm->key, id_len) ||
         hash_len != STORE_HASH_LEN)
-        return false;
-    /* An op this run still tracks (result not acknowledged, or completion
-     * not fsync'd: the index already says finished) is not done yet: the
-     * slow path attaches the message to it. */
-    if (pl->n_ops && op_find_key(pl, rkm->key, rkm->key_len))
-        return false;
+        return FAST_NO;
+    /* An op this run still tracks (result not acknowledged: the index may
+     * already say finished) is not done yet: the message waits with it.
+     * Another hash (a conflict) or another partition (misrouted) takes the
+     * slow path. */
+    struct opctx *o =
+        pl->n_ops ? op_find_key(pl, rkm->key, rkm->key_len) : NULL;
+    if (o) {
+        if (o->partition != rkm->partition || !o->job ||
+            memcmp(o->job->request_hash, hash, STORE_HASH_LEN))
+            return FAST_NO;
+        struct pmsg *pm = msg_track(pl, rkm->partition, rkm->offset);
+        pm->next = o->msgs;
+        o->msgs = pm;
+        return FAST_ATTACHED;
+    }
     char h[STORE_HASH_LEN + 1];
     memcpy(h, hash, STORE_HASH_LEN);
     h[STORE_HASH_LEN] = '\0';
-    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h, dd_now_ms(),
-                                 NULL);
+    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h,
+                                 dd_now_ms(), NULL)
+               ? FAST_DONE
+               : FAST_NO;
 }
 
 /* The jobs topic's partition of \p op_id, as the producers of dedupd submit
@@ -818,11 +846,17 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
         pl->st->first_msg_ms = now;
     pl->st->last_msg_ms = now;
     pl->last_activity_ms = now;
-    if (fast_path(pl, rkm)) {
-        pl->st->duplicates++;
+    enum fast fast = fast_path(pl, rkm);
+    if (fast != FAST_NO) {
         pl->st->fast_path++;
-        metrics_job(METRICS_JOB_DUPLICATE);
         metrics_add(METRICS_FAST_PATH_DECISIONS, 1);
+        if (fast == FAST_ATTACHED) {
+            pl->st->duplicates_inflight++;
+            metrics_job(METRICS_JOB_DUPLICATE_INFLIGHT);
+            return false;
+        }
+        pl->st->duplicates++;
+        metrics_job(METRICS_JOB_DUPLICATE);
         partitions_decided(pl->parts, rkm->partition, rkm->offset);
         return false;
     }
@@ -1535,6 +1569,8 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
         renew_leases(pl);
         update_gauges(pl);
         size_t max = (size_t)pl->cfg->fetch_max_inflight;
+        if (pl->opts->shadow && max < SHADOW_MAX_INFLIGHT)
+            max = SHADOW_MAX_INFLIGHT;
         if (!stopping && pl->n_ops < max) {
             pl->at_capacity_ms = 0;
             consumer_backpressure(pl, false);

@@ -50,6 +50,19 @@
 
 #include "key.h"
 
+/* json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0)), the same bytes
+ * in one pass (jstr_dump_compact); jansson's own dump for what that leaves
+ * to it (reals).  NULL when out of memory. */
+static char *dump_compact(const json_t *v, bool sort)
+{
+    char *out = NULL;
+    size_t len;
+    dd_err_t err = jstr_dump_compact(v, sort, &out, &len);
+    if (err == DD_ERR_INVAL)
+        return json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0));
+    return err ? NULL : out;
+}
+
 #define JOB_MAX_BYTES_DEFAULT ((size_t)1024 * 1024)
 #define JOB_STEPS_MAX 32
 #define JOB_KEY_MAX 256
@@ -761,7 +774,7 @@ static dd_err_t parse_fields(json_t *root, struct job *job, char *errstr,
         if (!json_is_object(v))
             return invalid(errstr, errstr_size,
                            "field 'meta': must be an object");
-        job->meta_json = json_dumps(v, JSON_COMPACT);
+        job->meta_json = dump_compact(v, false);
         if (!job->meta_json)
             return nomem(errstr, errstr_size);
     }
@@ -888,7 +901,7 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
         /* The resource key: the canonical request without the observation
          * fields (DESIGN.md section 4, validators); job_key and scope are
          * not in it anyway. */
-        char *res = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+        char *res = dump_compact(root, true);
         ok = res != NULL;
         if (ok)
             key_sha256_hex(res, strlen(res), job->resource_key);
@@ -900,7 +913,7 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
                                         ? json_string(job->scheduled_for)
                                         : json_null());
     if (ok)
-        job->canonical = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+        job->canonical = dump_compact(root, true);
     json_decref(root);
     if (!ok || !job->canonical)
         return nomem(errstr, errstr_size);

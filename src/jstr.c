@@ -2,6 +2,8 @@
  * @locality any thread, every function: pure (constant tables only). */
 #include "jstr.h"
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,5 +178,184 @@ dd_err_t jstr_quote(const void *data, size_t n, char **out, size_t *out_len)
     *w = '\0';
     *out = s;
     *out_len = (size_t)(w - s);
+    return DD_OK;
+}
+
+/* ---------------------------------------------------------------------- */
+/* jstr_dump_compact                                                       */
+
+struct dbuf {
+    char *p;
+    size_t len, cap;
+    dd_err_t err; /* the first failure; later appends do nothing */
+};
+
+/* Room for \p n more bytes; false (err set) when out of memory. */
+static bool dbuf_room(struct dbuf *b, size_t n)
+{
+    if (b->err)
+        return false;
+    if (b->cap - b->len > n)
+        return true;
+    size_t cap = b->cap ? b->cap : 1024; /* a request, a result: one malloc */
+    while (cap - b->len <= n)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->err = DD_ERR_NOMEM;
+        return false;
+    }
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+static void dbuf_put(struct dbuf *b, const char *s, size_t n)
+{
+    if (dbuf_room(b, n)) {
+        memcpy(b->p + b->len, s, n);
+        b->len += n;
+    }
+}
+
+static void dbuf_quote(struct dbuf *b, const char *s, size_t n)
+{
+    if (memchr(s, '\0', n)) { /* jansson writes \u0000: left to it */
+        if (!b->err)
+            b->err = DD_ERR_INVAL;
+        return;
+    }
+    if (!dbuf_room(b, 6 * n + 2))
+        return;
+    char *w = quote_into((const unsigned char *)s, n, b->p + b->len);
+    if (!w) { /* not UTF-8: jansson never holds such a string */
+        b->err = DD_ERR_INVAL;
+        return;
+    }
+    b->len = (size_t)(w - b->p);
+}
+
+struct dkey {
+    const char *key;
+    size_t len;
+    json_t *value;
+};
+
+/* jansson 2.14 dump.c compare_keys */
+static int dkey_cmp(const void *a, const void *b)
+{
+    const struct dkey *x = a, *y = b;
+    size_t min = x->len < y->len ? x->len : y->len;
+    int r = memcmp(x->key, y->key, min);
+    if (r)
+        return r;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth);
+
+static void dump_object(struct dbuf *b, const json_t *v, bool sort, int depth)
+{
+    size_t n = json_object_size(v);
+    if (!n) {
+        dbuf_put(b, "{}", 2);
+        return;
+    }
+    struct dkey stack[16];
+    struct dkey *keys = n <= 16 ? stack : malloc(n * sizeof(*keys));
+    if (!keys) {
+        b->err = DD_ERR_NOMEM;
+        return;
+    }
+    size_t i = 0;
+    const char *k;
+    size_t klen;
+    json_t *val;
+    json_object_keylen_foreach((json_t *)v, k, klen, val)
+        keys[i++] = (struct dkey){k, klen, val};
+    if (sort && i > 16) {
+        qsort(keys, i, sizeof(*keys), dkey_cmp);
+    } else if (sort) { /* a request's few members: no qsort setup */
+        for (size_t j = 1; j < i; j++) {
+            struct dkey t = keys[j];
+            size_t m = j;
+            for (; m > 0 && dkey_cmp(&keys[m - 1], &t) > 0; m--)
+                keys[m] = keys[m - 1];
+            keys[m] = t;
+        }
+    }
+    dbuf_put(b, "{", 1);
+    for (size_t j = 0; j < i && !b->err; j++) {
+        if (j)
+            dbuf_put(b, ",", 1);
+        dbuf_quote(b, keys[j].key, keys[j].len);
+        dbuf_put(b, ":", 1);
+        dump_value(b, keys[j].value, sort, depth + 1);
+    }
+    dbuf_put(b, "}", 1);
+    if (keys != stack)
+        free(keys);
+}
+
+static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth)
+{
+    if (b->err)
+        return;
+    if (depth > 64) {
+        b->err = DD_ERR_INVAL;
+        return;
+    }
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        dump_object(b, v, sort, depth);
+        return;
+    case JSON_ARRAY: {
+        dbuf_put(b, "[", 1);
+        for (size_t i = 0; i < json_array_size(v) && !b->err; i++) {
+            if (i)
+                dbuf_put(b, ",", 1);
+            dump_value(b, json_array_get(v, i), sort, depth + 1);
+        }
+        dbuf_put(b, "]", 1);
+        return;
+    }
+    case JSON_STRING:
+        dbuf_quote(b, json_string_value(v), json_string_length(v));
+        return;
+    case JSON_INTEGER: {
+        char num[32];
+        int n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                         json_integer_value(v));
+        dbuf_put(b, num, (size_t)n);
+        return;
+    }
+    case JSON_TRUE:
+        dbuf_put(b, "true", 4);
+        return;
+    case JSON_FALSE:
+        dbuf_put(b, "false", 5);
+        return;
+    case JSON_NULL:
+        dbuf_put(b, "null", 4);
+        return;
+    default: /* JSON_REAL: jansson's own rules */
+        b->err = DD_ERR_INVAL;
+        return;
+    }
+}
+
+dd_err_t jstr_dump_compact(const struct json_t *v, bool sort_keys, char **out,
+                           size_t *out_len)
+{
+    struct dbuf b = {0};
+    dump_value(&b, v, sort_keys, 0);
+    if (!b.err && dbuf_room(&b, 1))
+        b.p[b.len] = '\0';
+    if (b.err) {
+        free(b.p);
+        return b.err;
+    }
+    *out = b.p;
+    *out_len = b.len;
     return DD_OK;
 }

@@ -197,7 +197,12 @@ dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                                 json_string("result above limits.max_result_bytes"));
         }
         free(s);
-        s = json_dumps(o, JSON_COMPACT);
+        s = NULL;
+        /* the bytes json_dumps(JSON_COMPACT) writes, in one pass; jansson
+         * itself for what jstr leaves to it (a real in meta) */
+        dd_err_t derr = jstr_dump_compact(o, false, &s, &n);
+        if (derr == DD_ERR_INVAL)
+            s = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         if (!s) {
             free(body.lit);

@@ -1,6 +1,7 @@
 /* Unit tests of jstr: the literal is byte for byte what jansson writes. */
 #include <check.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,95 @@ START_TEST(test_jstr_large_body)
 }
 END_TEST
 
+/* A random jansson value over what a canonical request holds (objects,
+ * arrays, strings from the skewed alphabet, integers, true, false, null);
+ * reals only when \p reals. */
+static json_t *random_value(unsigned int *seed, int depth, bool reals)
+{
+    static const char *const alpha[] = {"a", "Z", "\"", "\\", "/", "\n",
+                                        "\x01", "\x7f", "\xc3\xa9",
+                                        "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                        " ", "k", "\x1f"};
+    int kind = rand_r(seed) % (depth > 3 ? 6 : 8);
+    char buf[64] = "";
+    size_t n = (size_t)(rand_r(seed) % 6);
+    for (size_t i = 0; i < n; i++)
+        strcat(buf, alpha[rand_r(seed) % (int)(sizeof(alpha) / sizeof(*alpha))]);
+    switch (kind) {
+    case 0: return json_string(buf);
+    case 1: return json_integer((json_int_t)rand_r(seed) - RAND_MAX / 2);
+    case 2: return json_true();
+    case 3: return json_false();
+    case 4: return json_null();
+    case 5: return reals ? json_real(rand_r(seed) / 7.0) : json_integer(-1);
+    case 6: {
+        json_t *a = json_array();
+        for (int i = rand_r(seed) % 4; i > 0; i--)
+            json_array_append_new(a, random_value(seed, depth + 1, reals));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (int i = rand_r(seed) % 6; i > 0; i--) {
+            char key[64] = "";
+            for (int j = rand_r(seed) % 4; j > 0; j--)
+                strcat(key, alpha[rand_r(seed) % (int)(sizeof(alpha) / sizeof(*alpha))]);
+            json_object_set_new(o, key, random_value(seed, depth + 1, reals));
+        }
+        return o;
+    }
+    }
+}
+
+START_TEST(test_jstr_dump_compact_matches_jansson)
+{
+    /* 20000 random trees, sorted and in insertion order: byte for byte
+     * json_dumps(JSON_COMPACT [| JSON_SORT_KEYS]) */
+    unsigned int seed = 4242;
+    for (int t = 0; t < 20000; t++) {
+        json_t *v = random_value(&seed, 0, false);
+        for (int sort = 0; sort < 2; sort++) {
+            char *want = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT
+                                           | (sort ? JSON_SORT_KEYS : 0));
+            char *got = NULL;
+            size_t len = 0;
+            ck_assert_int_eq(jstr_dump_compact(v, sort, &got, &len), DD_OK);
+            ck_assert_ptr_nonnull(want);
+            ck_assert_uint_eq(len, strlen(want));
+            ck_assert_str_eq(got, want);
+            free(got);
+            free(want);
+        }
+        json_decref(v);
+    }
+    /* keys that are prefixes of each other, bytes above 0x7f */
+    json_t *o = json_pack("{s:i,s:i,s:i,s:i,s:[i,{s:n,s:b}]}", "ab", 1, "a", 2,
+                          "b\xc3\xa9", 3, "", 4, "Z", 5, "y", "x", 1);
+    char *want = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS), *got = NULL;
+    size_t len;
+    ck_assert_int_eq(jstr_dump_compact(o, true, &got, &len), DD_OK);
+    ck_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    json_decref(o);
+}
+END_TEST
+
+START_TEST(test_jstr_dump_compact_leaves_reals_to_jansson)
+{
+    json_t *o = json_pack("{s:f,s:s}", "x", 0.5, "y", "z");
+    char *got = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(jstr_dump_compact(o, true, &got, &len), DD_ERR_INVAL);
+    ck_assert_ptr_null(got);
+    json_decref(o);
+    json_t *nul = json_stringn("a\0b", 3);
+    ck_assert_int_eq(jstr_dump_compact(nul, true, &got, &len), DD_ERR_INVAL);
+    ck_assert_ptr_null(got);
+    json_decref(nul);
+}
+END_TEST
+
 Suite *jstr_suite(void)
 {
     Suite *s = suite_create("jstr");
@@ -129,6 +219,8 @@ Suite *jstr_suite(void)
     tcase_add_test(tc, test_jstr_refuses_what_jansson_refuses);
     tcase_add_test(tc, test_jstr_random_bytes_match_jansson);
     tcase_add_test(tc, test_jstr_large_body);
+    tcase_add_test(tc, test_jstr_dump_compact_matches_jansson);
+    tcase_add_test(tc, test_jstr_dump_compact_leaves_reals_to_jansson);
     suite_add_tcase(s, tc);
     return s;
 }
