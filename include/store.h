@@ -406,6 +406,16 @@ struct store_complete_req {
                                             back), so the result's record
                                             needs no read */
     size_t changelog_len;              /**< out: its length; 0 on failure */
+    const struct store_op *held;       /**< in, optional (NULL): the record
+                                            as this run's claim wrote it
+                                            (store_claim_req.op); while the
+                                            hot index still holds it
+                                            (store_index_holds), the fence
+                                            is decided on it without a read */
+    struct store_op *written;          /**< out, optional (NULL): when the
+                                            completion was written, the
+                                            record as written (for
+                                            store_outbox_ack_req.held) */
     dd_err_t err;                      /**< out: as store_complete */
     char errstr[DD_ERRSTR_SIZE];       /**< out: why, when err != DD_OK */
 };
@@ -540,13 +550,19 @@ typedef int (store_outbox_cb)(void *opaque, uint64_t seq, const char *op_id,
 struct store_outbox_ack_req {
     uint64_t seq;               /**< in: the outbox entry */
     const char *op_id;          /**< in: its op (borrowed for the call) */
+    const struct store_op *held; /**< in, optional (NULL): the op's record
+                                      as its completion wrote it
+                                      (store_complete_req.held); while the
+                                      hot index still holds it, it is not
+                                      read again */
     dd_err_t err;               /**< out: as store_outbox_ack() */
 };
 
 /**
  * @brief store_outbox_ack() of \p n entries at once (the acknowledgements
  *        a loop of the pipeline collected): their ops are read with one
- *        batched MultiGet, and every entry whose op still names it (the
+ *        batched MultiGet (those the caller holds, req.held, not at all),
+ *        and every entry whose op still names it (the
  *        usual case: pending under that seq) is deleted and its op marked
  *        sent in ONE WriteBatch (no fsync), under the ops' stripes; the rare
  *        others (op expired, forgotten or completed again since) go through

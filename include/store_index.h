@@ -170,6 +170,20 @@ void store_index_put(struct store_index *ix, const struct store_index_key *k,
                      enum store_index_put_mode mode);
 
 /**
+ * @brief Does the entry of \p k still describe \p op, the record as its
+ *        caller last wrote it (same expires_at, state, outbox state and
+ *        request_hash)?  Any write of the op's record since (another state,
+ *        an extended expiry, a forget, a restored record) changed the entry,
+ *        and an index that is off or lacks the entry answers false: the
+ *        caller reads the record instead.  Lets store.c skip the read of an
+ *        op its pipeline holds (the completion's fence, the outbox
+ *        acknowledgement; issue 13).  Caller holds the op's stripe.
+ * @locality any thread.
+ */
+bool store_index_holds(struct store_index *ix, const struct store_index_key *k,
+                       const struct store_op *op);
+
+/**
  * @brief The op of \p k was deleted (store_forget): its entry becomes a
  *        tombstone (ABSENT).  Without an entry, a tombstone is entered only
  *        while the rebuild runs.  Caller holds the op's stripe.

@@ -486,6 +486,7 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
                         job->event_key);
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
+    o->rec = *op;
     /* the claim record: the next owner after a crash waits out its lease
      * (or takes it at once after a release) instead of fetching blindly.
      * A shadow op fetches nothing and its completion's record follows in
@@ -923,6 +924,7 @@ static void completed(struct pipeline *pl, struct opctx *o,
         o->seq = req->seq;
         o->ticket = req->ticket;
         o->stored = true;
+        o->rec_held = true; /* req->written */
         if (req->changelog_len && o->partition >= 0) {
             o->clog = dd_xmalloc(req->changelog_len, "changelog value");
             memcpy(o->clog, req->changelog, req->changelog_len);
@@ -965,6 +967,10 @@ void consumer_shadow_flush(struct pipeline *pl)
             .value = v[i],
             .value_len = vlen[i],
             .changelog = clog + i * STORE_CHANGELOG_VALUE_MAX,
+            /* claimed in this loop iteration: nothing but this run wrote
+             * it since (no lease renewal, no fetch) */
+            .held = &o->rec,
+            .written = &o->rec,
         };
     }
     char e[DD_ERRSTR_SIZE];
@@ -1125,6 +1131,9 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         .value_len = f->value_len,
         .attempt_log = f->attempts,
         .n_attempt_log = n_log,
+        /* fenced by a read: the fetch engine's lease renewals and retries
+         * rewrote the record since the claim */
+        .written = &o->rec,
     };
     /* A fresh 2xx of a conditional-refetch candidate keeps (or, without
      * ETag and Last-Modified, clears) the resource's validators and body, in

@@ -80,6 +80,10 @@ struct opctx {
                                    produced on the result's acknowledgement
                                    without a read; NULL before */
     size_t clog_len;
+    struct store_op rec;        /* its record as this run last wrote it:
+                                   the claim's, then the completion's */
+    bool rec_held;              /* rec is the completion's: its outbox
+                                   acknowledgement reads nothing */
 };
 
 enum out_kind {

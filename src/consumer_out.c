@@ -199,8 +199,12 @@ void consumer_out_acks_flush(struct pipeline *pl)
     struct store_outbox_ack_req *req =
         dd_xcalloc(n, sizeof(*req), "outbox acknowledgements");
     for (size_t i = 0; i < n; i++)
-        req[i] = (struct store_outbox_ack_req){.seq = pl->acks[i].seq,
-                                               .op_id = pl->acks[i].op_id};
+        req[i] = (struct store_outbox_ack_req){
+            .seq = pl->acks[i].seq,
+            .op_id = pl->acks[i].op_id,
+            .held = pl->acks[i].op && pl->acks[i].op->rec_held
+                        ? &pl->acks[i].op->rec
+                        : NULL};
     char e[DD_ERRSTR_SIZE];
     if (store_outbox_ack_batch(pl->store, req, n, e, sizeof(e)))
         log_msg(LOG_ERR, "store", "acknowledging %zu outbox entries: %s", n,

@@ -385,6 +385,11 @@ dd_err_t store_op_get(struct store *s, const char *op_id, int64_t now_ms,
     return store_op_read(s, op_id, now_ms, false, op, found, errstr, errstr_size);
 }
 
+static dd_err_t fence_check(struct store *s, const char *fn, const char *op_id,
+                            unsigned states, uint64_t generation,
+                            const struct store_op *op, char *errstr,
+                            size_t errstr_size);
+
 /* Fencing: in one of the states of \p states (ST_BIT mask), leased by this
  * run, at generation.  Caller holds the op's stripe.
  * @locality any thread (the fetch engine's through op_transition). */
@@ -403,6 +408,17 @@ static dd_err_t fence(struct store *s, const char *fn, const char *op_id,
                       op_id);
         return DD_ERR_STATE;
     }
+    return fence_check(s, fn, op_id, states, generation, op, errstr,
+                       errstr_size);
+}
+
+/* fence's checks of the live record \p op.
+ * @locality any thread. */
+static dd_err_t fence_check(struct store *s, const char *fn, const char *op_id,
+                            unsigned states, uint64_t generation,
+                            const struct store_op *op, char *errstr,
+                            size_t errstr_size)
+{
     if (!(states & ST_BIT(op->state))) {
         dd_errstr_set(errstr, errstr_size, "%s(%.64s): op is %s, not %s", fn,
                       op_id, store_op_state2str(op->state),
@@ -646,12 +662,24 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
                                uint64_t generation, enum store_op_state state,
                                const char *category, uint32_t attempts,
                                const void *value, size_t value_len,
-                               int64_t now_ms, struct store_op *op,
-                               uint64_t *seq, char *errstr,
-                               size_t errstr_size)
+                               int64_t now_ms, const struct store_op *held,
+                               struct store_op *op, uint64_t *seq,
+                               char *errstr, size_t errstr_size)
 {
-    dd_err_t err = fence(s, fn, op_id, ST_LIVE, generation, now_ms, op, errstr,
-                         errstr_size);
+    dd_err_t err;
+    struct store_index_key k;
+    /* the record the caller holds, while the index says nothing wrote the
+     * op since: fenced without a read */
+    if (held && !store_record_expired(held->expires_at_ms, now_ms) &&
+        (store_index_digest(s->idx, op_id, strlen(op_id), &k),
+         store_index_holds(s->idx, &k, held))) {
+        *op = *held;
+        err = fence_check(s, fn, op_id, ST_LIVE, generation, op, errstr,
+                          errstr_size);
+    } else {
+        err = fence(s, fn, op_id, ST_LIVE, generation, now_ms, op, errstr,
+                    errstr_size);
+    }
     if (err)
         return err;
     size_t idlen = strlen(op_id);
@@ -725,8 +753,8 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     struct store_op op;
     uint64_t n = 0;
     err = complete_stage(s, "store_complete", batch, op_id, generation, state,
-                         category, attempts, value, value_len, now_ms, &op, &n,
-                         errstr, errstr_size);
+                         category, attempts, value, value_len, now_ms, NULL,
+                         &op, &n, errstr, errstr_size);
     if (err)
         goto out;
     char *rerr = NULL;
@@ -839,7 +867,7 @@ static size_t complete_batch_stage(struct store *s,
         r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
                                 r->generation, r->state, r->category,
                                 r->attempts, r->value, r->value_len, now_ms,
-                                &cb->ops[i], &r->seq, r->errstr,
+                                r->held, &cb->ops[i], &r->seq, r->errstr,
                                 sizeof(r->errstr));
         if (r->err)
             continue;
@@ -892,6 +920,8 @@ static dd_err_t complete_batch_write(struct store *s,
             store_index_put(s->idx, &cb->keys[i], &cb->ops[i], now_ms,
                             STORE_INDEX_UPSERT);
             atomic_fetch_add(&s->pending, 1);
+            if (reqs[i].written)
+                *reqs[i].written = cb->ops[i];
         }
     return DD_OK;
 }
@@ -1045,37 +1075,55 @@ static dd_err_t ack_batch_stage(struct store *s,
                                 char *errstr, size_t errstr_size)
 {
     const char **ks = malloc(n * sizeof(*ks));
-    size_t *sizes = malloc(n * sizeof(*sizes));
+    size_t *sizes = malloc(2 * n * sizeof(*sizes)); /* all, then the read */
+    size_t *at = malloc(n * sizeof(*at));          /* read r is request i */
     rocksdb_pinnableslice_t **vals = calloc(n, sizeof(*vals));
     char **errs = calloc(n, sizeof(*errs));
     dd_err_t err = DD_OK;
-    if (!ks || !sizes || !vals || !errs) {
+    if (!ks || !sizes || !at || !vals || !errs) {
         dd_errstr_set(errstr, errstr_size,
                       "store_outbox_ack_batch: out of memory (%zu)", n);
         err = DD_ERR_NOMEM;
         goto out;
     }
+    /* the ops the caller holds as their completion wrote them, unchanged
+     * since (the index says so), are not read: the others are, at once */
+    size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
-        ks[i] = reqs[i].op_id;
+        const struct store_op *h = reqs[i].held;
         sizes[i] = strlen(reqs[i].op_id);
+        if (h && !reqs[i].err && h->outbox_seq == reqs[i].seq &&
+            h->outbox_state == STORE_OUTBOX_PENDING &&
+            store_index_holds(s->idx, &keys[i], h)) {
+            ops[i] = *h;
+            mark[i] = true;
+            continue;
+        }
+        mark[i] = false;
+        ks[nr] = reqs[i].op_id;
+        sizes[n + nr] = sizes[i];
+        at[nr++] = i;
     }
-    rocksdb_batched_multi_get_cf(s->db, s->ropts, s->cf[CF_OPS], n, ks, sizes,
-                                 vals, errs, false);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    size_t staged = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t vlen = 0;
-        const char *v = vals[i] ? rocksdb_pinnableslice_value(vals[i], &vlen)
+    if (nr)
+        rocksdb_batched_multi_get_cf(s->db, s->ropts, s->cf[CF_OPS], nr, ks,
+                                     sizes + n, vals, errs, false);
+    for (size_t r = 0; r < nr; r++) {
+        size_t i = at[r], vlen = 0;
+        const char *v = vals[r] ? rocksdb_pinnableslice_value(vals[r], &vlen)
                                 : NULL;
         memset(&ops[i], 0, sizeof(ops[i]));
-        mark[i] = !errs[i] && v &&
+        mark[i] = !errs[r] && v &&
                   store_codec_op_decode(v, vlen, reqs[i].op_id, &ops[i], NULL,
                                         0) == DD_OK &&
                   ops[i].outbox_seq == reqs[i].seq &&
                   ops[i].outbox_state == STORE_OUTBOX_PENDING;
-        rocksdb_free(errs[i]);
-        if (vals[i])
-            rocksdb_pinnableslice_destroy(vals[i]);
+        rocksdb_free(errs[r]);
+        if (vals[r])
+            rocksdb_pinnableslice_destroy(vals[r]);
+    }
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    size_t staged = 0;
+    for (size_t i = 0; i < n; i++) {
         /* the same entry twice in one batch: acknowledged once (the
          * pending count is decremented once) */
         for (size_t j = 0; mark[i] && j < i; j++)
@@ -1115,6 +1163,7 @@ static dd_err_t ack_batch_stage(struct store *s,
 out:
     free(ks);
     free(sizes);
+    free(at);
     free(vals);
     free(errs);
     return err;

@@ -469,6 +469,22 @@ enum store_index_verdict store_index_judge(struct store_index *ix,
     return v;
 }
 
+bool store_index_holds(struct store_index *ix, const struct store_index_key *k,
+                       const struct store_op *op)
+{
+    if (atomic_load_explicit(&ix->off, memory_order_relaxed))
+        return false;
+    uint64_t m = idx_meta(op->expires_at_ms, op->state, op->outbox_state);
+    uint64_t h = store_index_hdigest(ix, op->request_hash,
+                                     strlen(op->request_hash));
+    struct idx_seg *g = idx_seg_of(ix, k);
+    pthread_rwlock_rdlock(&g->lock);
+    const struct store_index_entry *sl = seg_probe(g, k);
+    bool held = (sl->k0 | sl->k1) != 0 && sl->m == m && sl->h == h;
+    pthread_rwlock_unlock(&g->lock);
+    return held;
+}
+
 void store_index_count(struct store_index *ix, const struct store_index_key *k,
                        bool hit)
 {

@@ -424,6 +424,74 @@ START_TEST(test_store_complete_stale_generation_is_state_error)
 }
 END_TEST
 
+/* store_complete_batch and store_outbox_ack_batch with the record the
+ * caller holds (req.held): used while the index says nothing wrote the op
+ * since, and refused like a read record once something did. */
+static dd_err_t complete_held(const char *op_id, const struct store_op *held,
+                              struct store_op *written, int64_t now)
+{
+    struct store_complete_req r = {
+        .op_id = op_id, .generation = held->generation,
+        .state = STORE_OP_COMPLETE, .attempts = 1, .value = "v",
+        .value_len = 1, .held = held, .written = written};
+    ck_assert_int_eq(store_complete_batch(g_st, &r, 1, now, g_err,
+                                          sizeof(g_err)), DD_OK);
+    return r.err;
+}
+
+START_TEST(test_store_held_record_skips_reads_until_the_op_changes)
+{
+    struct store_op op, written, got;
+    /* claimed, completed on the held record, acknowledged on the written
+     * one: the records are what reads would have given */
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(complete_held("op-1", &op, &written, T0 + 1), DD_OK);
+    ck_assert(get("op-1", T0 + 1, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    ck_assert_int_eq(written.state, STORE_OP_COMPLETE);
+    ck_assert_uint_eq(written.outbox_seq, got.outbox_seq);
+    ck_assert_int_eq(written.outbox_state, STORE_OUTBOX_PENDING);
+    struct store_outbox_ack_req a = {.seq = written.outbox_seq,
+                                     .op_id = "op-1", .held = &written};
+    ck_assert_int_eq(store_outbox_ack_batch(g_st, &a, 1, g_err,
+                                            sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(a.err, DD_OK);
+    ck_assert(get("op-1", T0 + 2, &got));
+    ck_assert_int_eq(got.outbox_state, STORE_OUTBOX_SENT);
+    ck_assert_uint_eq(got.generation, 1);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+
+    /* a held claim record gone stale (forgotten since): fenced as by a
+     * read, nothing written */
+    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t vlen = 0;
+    bool found = false;
+    ck_assert_int_eq(store_op_forget(g_st, "op-2", T0 + 1, v, &vlen, &found,
+                                     g_err, sizeof(g_err)), DD_OK);
+    ck_assert(found);
+    ck_assert_int_eq(complete_held("op-2", &op, &written, T0 + 2),
+                     DD_ERR_STATE);
+    ck_assert(get("op-2", T0 + 2, &got));
+    ck_assert_int_eq(got.state, STORE_OP_FORGOTTEN);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+
+    /* a held completion gone stale (forgotten before its acknowledgement):
+     * the entry goes, the forgotten record is not marked sent over */
+    ck_assert_int_eq(claim("op-3", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(complete_held("op-3", &op, &written, T0 + 1), DD_OK);
+    ck_assert_int_eq(store_op_forget(g_st, "op-3", T0 + 2, v, &vlen, &found,
+                                     g_err, sizeof(g_err)), DD_OK);
+    a = (struct store_outbox_ack_req){.seq = written.outbox_seq,
+                                      .op_id = "op-3", .held = &written};
+    ck_assert_int_eq(store_outbox_ack_batch(g_st, &a, 1, g_err,
+                                            sizeof(g_err)), DD_OK);
+    ck_assert(get("op-3", T0 + 3, &got));
+    ck_assert_int_eq(got.state, STORE_OP_FORGOTTEN);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+}
+END_TEST
+
 START_TEST(test_store_complete_by_other_owner_is_state_error)
 {
     struct store_op op;
@@ -3077,6 +3145,7 @@ Suite *store_suite(void)
 
     tc = tcase("fencing");
     tcase_add_test(tc, test_store_complete_stale_generation_is_state_error);
+    tcase_add_test(tc, test_store_held_record_skips_reads_until_the_op_changes);
     tcase_add_test(tc, test_store_complete_by_other_owner_is_state_error);
     tcase_add_test(tc, test_store_complete_twice_is_state_error);
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);
