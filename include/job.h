@@ -119,6 +119,11 @@ struct job_conf {
                                                 proxy-authorization, x-api-key */
     size_t n_credential_headers;
     size_t max_job_bytes;                 /**< 0 = 1 MiB */
+    bool canonical_tree;                  /**< tests: derive the identity
+                                               through the jansson tree (the
+                                               reference the direct writer is
+                                               compared with); false in the
+                                               product */
 };
 
 /**

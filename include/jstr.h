@@ -35,6 +35,39 @@
 dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR;
 
 /**
+ * @brief jstr_quote() into the caller's buffer: the literal of \p n bytes at
+ *        \p p, with its quotes, written at \p w.
+ * @param w  Room for at least 6 n + 2 bytes (the most a literal takes); no
+ *           NUL is written.
+ * @returns the end of the literal (w + its length), or NULL when the bytes
+ *          are refused as by jstr_quote() (some of \p w may be written).
+ * @locality any thread; reentrant.
+ */
+char *jstr_quote_into(const void *p, size_t n, char *w);
+
+/** A growing JSON text (start with {0}; free(p) when done). */
+struct jstr_buf {
+    char *p;        /**< the bytes, not NUL-terminated; malloc'd */
+    size_t len;     /**< bytes written */
+    size_t cap;     /**< bytes allocated */
+    dd_err_t err;   /**< the first failure (DD_ERR_NOMEM, DD_ERR_INVAL for
+                         a string refused); later appends do nothing */
+};
+
+/** @brief Room for \p n more bytes: false (err set) when out of memory.
+ *  @locality any thread; the buffer is the caller's. */
+bool jstr_buf_room(struct jstr_buf *b, size_t n);
+
+/** @brief Append \p n bytes at \p s as they are.
+ *  @locality any thread; the buffer is the caller's. */
+void jstr_buf_put(struct jstr_buf *b, const char *s, size_t n);
+
+/** @brief Append the literal of \p n bytes at \p s (jstr_quote_into); err
+ *         DD_ERR_INVAL when they are refused.
+ *  @locality any thread; the buffer is the caller's. */
+void jstr_buf_quote(struct jstr_buf *b, const char *s, size_t n);
+
+/**
  * @brief Length of the well-formed UTF-8 sequence at \p p[0..n), n >= 1
  *        (RFC 3629 section 4: no overlong form, no surrogate, nothing above
  *        U+10FFFF): 1 for an ASCII byte (NUL included), 2..4 otherwise, 0

@@ -412,6 +412,10 @@ struct store_complete_req {
                                             hot index still holds it
                                             (store_index_holds), the fence
                                             is decided on it without a read */
+    bool held_unwritten;               /**< in: \p held was never written
+                                            (store_claim_req.deferred): an
+                                            op absent from RocksDB is that
+                                            claim's, not a fenced one */
     struct store_op *written;          /**< out, optional (NULL): when the
                                             completion was written, the
                                             record as written (for
@@ -694,6 +698,22 @@ struct store_claim_req {
     const char *request_hash;   /**< in */
     const char *event_key;      /**< in */
     const char *source;         /**< in */
+    bool defer_new;             /**< in: a NEW op (absent before, not a
+                                     forgotten one) is not written here: the
+                                     caller completes it within the same
+                                     loop (shadow mode) with
+                                     store_complete_batch (req.held, with
+                                     held_unwritten), whose write carries the
+                                     whole op.  Until then only the hot index
+                                     knows it; a crash in between loses
+                                     nothing (nothing was fetched or
+                                     published, the job's offset not
+                                     committed).  The caller claims that
+                                     op_id again only after the completion
+                                     (the store would answer NEW: there is
+                                     no record yet) */
+    bool deferred;              /**< out: this request's NEW op was not
+                                     written (defer_new) */
     enum store_claim_result result; /**< out */
     struct store_op op;         /**< out: as store_claim, except for a
                                      DUPLICATE the hot index decided, marked

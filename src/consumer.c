@@ -465,7 +465,7 @@ static void hold(struct pipeline *pl, struct job *job, struct pmsg *pm,
  * mode, complete it with the others of this loop: one batch, one sync). */
 static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
                       enum store_claim_result res, const struct store_op *op,
-                      const struct log_ctx *lc)
+                      bool deferred, const struct log_ctx *lc)
 {
     if (res == STORE_CLAIM_NEW) {
         pl->st->new_ops++;
@@ -487,6 +487,7 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
     o->rec = *op;
+    o->rec_unwritten = deferred; /* shadow: written with its completion */
     /* the claim record: the next owner after a crash waits out its lease
      * (or takes it at once after a release) instead of fetching blindly.
      * A shadow op fetches nothing and its completion's record follows in
@@ -612,7 +613,8 @@ static void claim_duplicate(struct pipeline *pl, struct job *job,
  * store's answer).  Takes ownership of \p job and \p pm. */
 static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
                         const char *source, dd_err_t err, const char *errtext,
-                        enum store_claim_result res, struct store_op op)
+                        enum store_claim_result res, struct store_op op,
+                        bool deferred)
 {
     struct log_ctx lc = {pl->cfg->topic_jobs, pm->m.partition, pm->m.offset,
                          job->op_id};
@@ -626,7 +628,7 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
     switch (res) {
     case STORE_CLAIM_NEW:
     case STORE_CLAIM_RECLAIMED:
-        claim_won(pl, job, pm, res, &op, &lc);
+        claim_won(pl, job, pm, res, &op, deferred, &lc);
         return;
     case STORE_CLAIM_CONFLICT:
         claim_conflict(pl, job, pm, source, &op, &lc);
@@ -649,7 +651,7 @@ static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
     dd_err_t err = store_claim(pl->store, job->op_id, job->request_hash,
                                job->event_key, source, dd_now_ms(), &res, &op, e,
                                sizeof(e));
-    claim_apply(pl, job, pm, source, err, e, res, op);
+    claim_apply(pl, job, pm, source, err, e, res, op, false);
 }
 
 static void recheck_blocked(struct pipeline *pl)
@@ -970,6 +972,7 @@ void consumer_shadow_flush(struct pipeline *pl)
             /* claimed in this loop iteration: nothing but this run wrote
              * it since (no lease renewal, no fetch) */
             .held = &o->rec,
+            .held_unwritten = o->rec_unwritten,
             .written = &o->rec,
         };
     }
@@ -1003,6 +1006,10 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
             reqs[i].request_hash = items[i].job->request_hash;
             reqs[i].event_key = items[i].job->event_key;
             reqs[i].source = items[i].source;
+            /* a shadow op is completed in this loop iteration
+             * (consumer_shadow_flush): its claim and completion are one
+             * write */
+            reqs[i].defer_new = pl->opts->shadow;
         }
         char e[DD_ERRSTR_SIZE] = "";
         dd_err_t err = store_claim_batch(pl->store, reqs, k, dd_now_ms(), e, sizeof(e));
@@ -1010,7 +1017,7 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
             claim_apply(pl, items[i].job, items[i].pm, items[i].source,
                         err ? err : reqs[i].err,
                         err ? e : "store_claim_batch: per-request error",
-                        reqs[i].result, reqs[i].op);
+                        reqs[i].result, reqs[i].op, reqs[i].deferred);
     }
     free(items);
     free(reqs);

@@ -84,6 +84,8 @@ struct opctx {
                                    the claim's, then the completion's */
     bool rec_held;              /* rec is the completion's: its outbox
                                    acknowledgement reads nothing */
+    bool rec_unwritten;         /* rec is a claim not written yet
+                                   (store_claim_req.deferred: shadow) */
 };
 
 enum out_kind {
@@ -103,12 +105,14 @@ struct outmsg {
     struct outmsg *next;  /* retry list */
     enum out_kind kind;
     int32_t partition;    /* explicit partition, or -1: the key's */
-    char *topic;
-    char *key;
+    const char *topic;    /* borrowed: the run's topic names (cfg, the
+                             changelog's), which outlive its messages */
+    char *key;            /* key, NUL, value, NUL: one allocation */
     size_t key_len;
-    char *value;
+    char *value;          /* in key's allocation */
     size_t value_len;
-    char *hname[4], *hval[4];
+    const char *hname[4]; /* string literals */
+    char *hval[4];
     size_t n_hdrs;
     struct opctx *op;     /* OUT_RESULT, OUT_CHANGELOG */
     struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT, OUT_CHANGELOG,
@@ -388,14 +392,16 @@ void consumer_txn_abort(struct pipeline *pl, const char *cause);
 
 /* ---- consumer_out.c ------------------------------------------------------- */
 
-/* A new message of \p kind to \p topic (key and value copied); send it with
+/* A new message of \p kind to \p topic (borrowed: one of the run's topic
+ * names, which outlive its messages; key and value copied); send it with
  * consumer_out_send, which owns it from then on. */
 struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
                                 const char *topic, const void *key,
                                 size_t key_len, const void *value,
                                 size_t value_len);
 
-/* Add a header (copied); at most 4 per message, more are ignored. */
+/* Add a header: \p name a string literal (kept as is), \p value copied;
+ * at most 4 per message, more are ignored. */
 void consumer_out_header(struct outmsg *m, const char *name,
                          const char *value);
 

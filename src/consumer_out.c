@@ -20,14 +20,10 @@
 
 void consumer_out_free(struct outmsg *m)
 {
-    free(m->topic);
-    free(m->key);
-    free(m->value);
+    free(m->key); /* and the value */
     free(m->op_id);
-    for (size_t i = 0; i < m->n_hdrs; i++) {
-        free(m->hname[i]);
+    for (size_t i = 0; i < m->n_hdrs; i++)
         free(m->hval[i]);
-    }
     free(m);
 }
 
@@ -114,12 +110,12 @@ struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
     m->kind = kind;
     m->partition = -1;
     m->src_partition = -1;
-    m->topic = dd_xstrdup(topic, "outgoing message");
-    m->key = dd_xmalloc(key_len + 1, "outgoing message");
+    m->topic = topic;
+    m->key = dd_xmalloc(key_len + value_len + 2, "outgoing message");
     memcpy(m->key, key, key_len);
     m->key[key_len] = '\0';
     m->key_len = key_len;
-    m->value = dd_xmalloc(value_len + 1, "outgoing message");
+    m->value = m->key + key_len + 1;
     memcpy(m->value, value, value_len);
     m->value[value_len] = '\0';
     m->value_len = value_len;
@@ -130,7 +126,7 @@ void consumer_out_header(struct outmsg *m, const char *name,
                          const char *value)
 {
     if (m->n_hdrs < sizeof(m->hname) / sizeof(*m->hname)) {
-        m->hname[m->n_hdrs] = dd_xstrdup(name, "outgoing header");
+        m->hname[m->n_hdrs] = name;
         m->hval[m->n_hdrs] = dd_xstrdup(value, "outgoing header");
         m->n_hdrs++;
     }

@@ -866,9 +866,215 @@ static json_t *canonical_request(const struct job_conf *conf,
     return o;
 }
 
+/* ---- the canonical request, written directly ---------------------------- */
+
+/* The bytes derive_identity's jansson tree dumps (JSON_COMPACT |
+ * JSON_SORT_KEYS), written straight from the job: the tree (a few dozen
+ * allocations) and its two dumps were most of a job's parse (issue 13).
+ * canonical_request() and the tree in derive_identity() stay the reference:
+ * tests/test_job.c compares both on generated jobs, and the tree decides
+ * what this writer refuses (a string jstr refuses). */
+#define CW_LIT(w, s) jstr_buf_put((w), (s), sizeof(s) - 1)
+
+static void cw_str_or_null(struct jstr_buf *w, const char *s)
+{
+    if (s)
+        jstr_buf_quote(w, s, strlen(s));
+    else
+        CW_LIT(w, "null");
+}
+
+/* One header of a canonical object. */
+struct chdr {
+    const char *name, *val;
+    size_t nlen, vlen, order;
+};
+
+/* By lower-cased name bytes (jansson's key order), then input order. */
+static int chdr_cmp(const void *a, const void *b)
+{
+    const struct chdr *x = a, *y = b;
+    size_t min = x->nlen < y->nlen ? x->nlen : y->nlen;
+    for (size_t i = 0; i < min; i++) {
+        int c = tolower((unsigned char)x->name[i]);
+        int d = tolower((unsigned char)y->name[i]);
+        if (c != d)
+            return c - d;
+    }
+    if (x->nlen != y->nlen)
+        return x->nlen < y->nlen ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static bool chdr_same(const struct chdr *x, const struct chdr *y)
+{
+    return x->nlen == y->nlen && strncasecmp(x->name, y->name, x->nlen) == 0;
+}
+
+/* {"name":value,...}: lower-cased names, values as given or as their
+ * SHA-256 hex; of a repeated name the last, as the tree's json_object_set
+ * keeps it (parse_headers refuses repeated names: the writer stays the
+ * tree's for any request all the same). */
+static void cw_headers(struct jstr_buf *w, struct chdr *h, size_t n, bool digest)
+{
+    qsort(h, n, sizeof(*h), chdr_cmp);
+    CW_LIT(w, "{");
+    bool first = true;
+    for (size_t i = 0; i < n && !w->err; i++) {
+        if (i + 1 < n && chdr_same(&h[i], &h[i + 1]))
+            continue;
+        if (!first)
+            CW_LIT(w, ",");
+        first = false;
+        char *lname = lower_dup(h[i].name);
+        if (!lname) {
+            w->err = DD_ERR_NOMEM;
+            return;
+        }
+        jstr_buf_quote(w, lname, h[i].nlen);
+        free(lname);
+        CW_LIT(w, ":");
+        if (digest) {
+            char hex[KEY_HEX_LEN + 1];
+            key_sha256_hex(h[i].val, h[i].vlen, hex);
+            jstr_buf_quote(w, hex, KEY_HEX_LEN);
+        } else {
+            jstr_buf_quote(w, h[i].val, h[i].vlen);
+        }
+    }
+    CW_LIT(w, "}");
+}
+
+/* The members of canonical_request()'s object (sorted): body_sha256,
+ * credentials, headers, method, url.  For the root of a job without steps
+ * (\p job), its own members interleave: country, then (at *obs_at, where the
+ * canonical form adds parser_version and scheduled_for) steps, and v. */
+static void cw_request(struct jstr_buf *w, const struct job_conf *conf,
+                       const struct job_request *req, const struct job *job,
+                       size_t *obs_at)
+{
+    struct chdr *creds = calloc(2 * req->n_headers + 1, sizeof(*creds));
+    if (!creds) {
+        w->err = DD_ERR_NOMEM;
+        return;
+    }
+    struct chdr *vars = creds + req->n_headers;
+    size_t nc = 0, nv = 0;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        const struct job_header *h = &req->headers[i];
+        size_t vlen;
+        const char *val = trimmed(h->value, &vlen);
+        struct chdr e = {h->name, val, strlen(h->name), vlen, i};
+        if (job_is_credential_header(conf, h->name))
+            creds[nc++] = e;
+        else if (is_variance_header(conf, h->name))
+            vars[nv++] = e;
+    }
+    char hex[KEY_HEX_LEN + 1];
+    key_sha256_hex(req->body ? (const void *)req->body : "", req->body_len,
+                   hex);
+    CW_LIT(w, "\"body_sha256\":");
+    jstr_buf_quote(w, hex, KEY_HEX_LEN);
+    if (job) {
+        CW_LIT(w, ",\"country\":");
+        cw_str_or_null(w, job->country);
+    }
+    CW_LIT(w, ",\"credentials\":");
+    cw_headers(w, creds, nc, true);
+    CW_LIT(w, ",\"headers\":");
+    cw_headers(w, vars, nv, false);
+    CW_LIT(w, ",\"method\":");
+    cw_str_or_null(w, req->method);
+    CW_LIT(w, ",");
+    if (job) {
+        *obs_at = w->len;
+        CW_LIT(w, "\"steps\":null,");
+    }
+    CW_LIT(w, "\"url\":");
+    cw_str_or_null(w, req->normalized_url);
+    if (job)
+        CW_LIT(w, ",\"v\":1");
+    free(creds);
+}
+
+/* The resource form and the canonical form of \p job (both malloc'd), as
+ * the tree below would dump them; false when the tree must decide (out of
+ * memory, a string jstr refuses). */
+static bool canonical_direct(const struct job_conf *conf,
+                             const struct job *job, char **resource,
+                             char **canonical)
+{
+    struct jstr_buf w = {0}, obs = {0};
+    size_t obs_at = 0;
+    if (job->steps) {
+        CW_LIT(&w, "{\"body_sha256\":null,\"country\":");
+        cw_str_or_null(&w, job->country);
+        CW_LIT(&w, ",\"credentials\":null,\"headers\":null,\"method\":null,");
+        obs_at = w.len;
+        CW_LIT(&w, "\"steps\":[");
+        for (size_t i = 0; i < job->n_steps; i++) {
+            if (i)
+                CW_LIT(&w, ",");
+            CW_LIT(&w, "{");
+            cw_request(&w, conf, &job->steps[i], NULL, NULL);
+            CW_LIT(&w, "}");
+        }
+        CW_LIT(&w, "],\"url\":null,\"v\":1}");
+    } else {
+        CW_LIT(&w, "{");
+        cw_request(&w, conf, &job->req, job, &obs_at);
+        CW_LIT(&w, "}");
+    }
+    char num[32];
+    int nn = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                      (json_int_t)job->parser_version);
+    CW_LIT(&obs, "\"parser_version\":");
+    jstr_buf_put(&obs, num, (size_t)nn);
+    CW_LIT(&obs, ",\"scheduled_for\":");
+    cw_str_or_null(&obs, job->scheduled_for);
+    CW_LIT(&obs, ",");
+    char *c = NULL;
+    if (!w.err && !obs.err && jstr_buf_room(&w, 1))
+        c = malloc(w.len + obs.len + 1);
+    if (!c) {
+        free(w.p);
+        free(obs.p);
+        return false;
+    }
+    memcpy(c, w.p, obs_at);
+    memcpy(c + obs_at, obs.p, obs.len);
+    memcpy(c + obs_at + obs.len, w.p + obs_at, w.len - obs_at);
+    c[w.len + obs.len] = '\0';
+    w.p[w.len] = '\0';
+    free(obs.p);
+    *resource = w.p;
+    *canonical = c;
+    return true;
+}
+
+/* The identity of \p job from its canonical and resource forms. */
+static void identity_of(struct job *job, const char *resource)
+{
+    key_sha256_hex(resource, strlen(resource), job->resource_key);
+    key_sha256_hex(job->canonical, strlen(job->canonical), job->request_hash);
+    if (job->job_key)
+        snprintf(job->op_id, sizeof(job->op_id), "%s:%s", job->scope,
+                 job->job_key);
+    else
+        memcpy(job->op_id, job->request_hash, sizeof(job->request_hash));
+    key_event_key(job->op_id, job->request_hash, job->event_key);
+}
+
 static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
                                 char *errstr, size_t errstr_size)
 {
+    char *resource = NULL;
+    if (!conf->canonical_tree && canonical_direct(conf, job, &resource,
+                                                  &job->canonical)) {
+        identity_of(job, resource);
+        free(resource);
+        return DD_OK;
+    }
     json_t *root = json_object();
     bool ok = root != NULL;
 
@@ -901,11 +1107,8 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
         /* The resource key: the canonical request without the observation
          * fields (DESIGN.md section 4, validators); job_key and scope are
          * not in it anyway. */
-        char *res = dump_compact(root, true);
-        ok = res != NULL;
-        if (ok)
-            key_sha256_hex(res, strlen(res), job->resource_key);
-        free(res);
+        resource = dump_compact(root, true);
+        ok = resource != NULL;
     }
     ok = ok &&
          put(root, "parser_version", json_integer(job->parser_version)) &&
@@ -915,16 +1118,12 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
     if (ok)
         job->canonical = dump_compact(root, true);
     json_decref(root);
-    if (!ok || !job->canonical)
+    if (!ok || !job->canonical) {
+        free(resource);
         return nomem(errstr, errstr_size);
-
-    key_sha256_hex(job->canonical, strlen(job->canonical), job->request_hash);
-    if (job->job_key)
-        snprintf(job->op_id, sizeof(job->op_id), "%s:%s", job->scope,
-                 job->job_key);
-    else
-        memcpy(job->op_id, job->request_hash, sizeof(job->request_hash));
-    key_event_key(job->op_id, job->request_hash, job->event_key);
+    }
+    identity_of(job, resource);
+    free(resource);
     return DD_OK;
 }
 

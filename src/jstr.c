@@ -136,6 +136,13 @@ static size_t quoted_size(const unsigned char *p, size_t n)
     return q;
 }
 
+char *jstr_quote_into(const void *p, size_t n, char *w)
+{
+    if (memchr(p, '\0', n))
+        return NULL;
+    return quote_into(p, n, w);
+}
+
 size_t jstr_utf8_seq(const void *p, size_t n)
 {
     const unsigned char *s = p;
@@ -184,14 +191,7 @@ dd_err_t jstr_quote(const void *data, size_t n, char **out, size_t *out_len)
 /* ---------------------------------------------------------------------- */
 /* jstr_dump_compact                                                       */
 
-struct dbuf {
-    char *p;
-    size_t len, cap;
-    dd_err_t err; /* the first failure; later appends do nothing */
-};
-
-/* Room for \p n more bytes; false (err set) when out of memory. */
-static bool dbuf_room(struct dbuf *b, size_t n)
+bool jstr_buf_room(struct jstr_buf *b, size_t n)
 {
     if (b->err)
         return false;
@@ -210,29 +210,23 @@ static bool dbuf_room(struct dbuf *b, size_t n)
     return true;
 }
 
-static void dbuf_put(struct dbuf *b, const char *s, size_t n)
+void jstr_buf_put(struct jstr_buf *b, const char *s, size_t n)
 {
-    if (dbuf_room(b, n)) {
+    if (jstr_buf_room(b, n)) {
         memcpy(b->p + b->len, s, n);
         b->len += n;
     }
 }
 
-static void dbuf_quote(struct dbuf *b, const char *s, size_t n)
+void jstr_buf_quote(struct jstr_buf *b, const char *s, size_t n)
 {
-    if (memchr(s, '\0', n)) { /* jansson writes \u0000: left to it */
-        if (!b->err)
-            b->err = DD_ERR_INVAL;
+    if (!jstr_buf_room(b, 6 * n + 2))
         return;
-    }
-    if (!dbuf_room(b, 6 * n + 2))
-        return;
-    char *w = quote_into((const unsigned char *)s, n, b->p + b->len);
-    if (!w) { /* not UTF-8: jansson never holds such a string */
+    char *w = jstr_quote_into(s, n, b->p + b->len);
+    if (!w) /* NUL (jansson writes \u0000), or not UTF-8: left to it */
         b->err = DD_ERR_INVAL;
-        return;
-    }
-    b->len = (size_t)(w - b->p);
+    else
+        b->len = (size_t)(w - b->p);
 }
 
 struct dkey {
@@ -252,13 +246,13 @@ static int dkey_cmp(const void *a, const void *b)
     return x->len < y->len ? -1 : x->len > y->len;
 }
 
-static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth);
+static void dump_value(struct jstr_buf *b, const json_t *v, bool sort, int depth);
 
-static void dump_object(struct dbuf *b, const json_t *v, bool sort, int depth)
+static void dump_object(struct jstr_buf *b, const json_t *v, bool sort, int depth)
 {
     size_t n = json_object_size(v);
     if (!n) {
-        dbuf_put(b, "{}", 2);
+        jstr_buf_put(b, "{}", 2);
         return;
     }
     struct dkey stack[16];
@@ -284,20 +278,20 @@ static void dump_object(struct dbuf *b, const json_t *v, bool sort, int depth)
             keys[m] = t;
         }
     }
-    dbuf_put(b, "{", 1);
+    jstr_buf_put(b, "{", 1);
     for (size_t j = 0; j < i && !b->err; j++) {
         if (j)
-            dbuf_put(b, ",", 1);
-        dbuf_quote(b, keys[j].key, keys[j].len);
-        dbuf_put(b, ":", 1);
+            jstr_buf_put(b, ",", 1);
+        jstr_buf_quote(b, keys[j].key, keys[j].len);
+        jstr_buf_put(b, ":", 1);
         dump_value(b, keys[j].value, sort, depth + 1);
     }
-    dbuf_put(b, "}", 1);
+    jstr_buf_put(b, "}", 1);
     if (keys != stack)
         free(keys);
 }
 
-static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth)
+static void dump_value(struct jstr_buf *b, const json_t *v, bool sort, int depth)
 {
     if (b->err)
         return;
@@ -310,33 +304,33 @@ static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth)
         dump_object(b, v, sort, depth);
         return;
     case JSON_ARRAY: {
-        dbuf_put(b, "[", 1);
+        jstr_buf_put(b, "[", 1);
         for (size_t i = 0; i < json_array_size(v) && !b->err; i++) {
             if (i)
-                dbuf_put(b, ",", 1);
+                jstr_buf_put(b, ",", 1);
             dump_value(b, json_array_get(v, i), sort, depth + 1);
         }
-        dbuf_put(b, "]", 1);
+        jstr_buf_put(b, "]", 1);
         return;
     }
     case JSON_STRING:
-        dbuf_quote(b, json_string_value(v), json_string_length(v));
+        jstr_buf_quote(b, json_string_value(v), json_string_length(v));
         return;
     case JSON_INTEGER: {
         char num[32];
         int n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
                          json_integer_value(v));
-        dbuf_put(b, num, (size_t)n);
+        jstr_buf_put(b, num, (size_t)n);
         return;
     }
     case JSON_TRUE:
-        dbuf_put(b, "true", 4);
+        jstr_buf_put(b, "true", 4);
         return;
     case JSON_FALSE:
-        dbuf_put(b, "false", 5);
+        jstr_buf_put(b, "false", 5);
         return;
     case JSON_NULL:
-        dbuf_put(b, "null", 4);
+        jstr_buf_put(b, "null", 4);
         return;
     default: /* JSON_REAL: jansson's own rules */
         b->err = DD_ERR_INVAL;
@@ -347,9 +341,9 @@ static void dump_value(struct dbuf *b, const json_t *v, bool sort, int depth)
 dd_err_t jstr_dump_compact(const struct json_t *v, bool sort_keys, char **out,
                            size_t *out_len)
 {
-    struct dbuf b = {0};
+    struct jstr_buf b = {0};
     dump_value(&b, v, sort_keys, 0);
-    if (!b.err && dbuf_room(&b, 1))
+    if (!b.err && jstr_buf_room(&b, 1))
         b.p[b.len] = '\0';
     if (b.err) {
         free(b.p);

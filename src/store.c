@@ -663,8 +663,9 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
                                const char *category, uint32_t attempts,
                                const void *value, size_t value_len,
                                int64_t now_ms, const struct store_op *held,
-                               struct store_op *op, uint64_t *seq,
-                               char *errstr, size_t errstr_size)
+                               bool held_unwritten, struct store_op *op,
+                               uint64_t *seq, char *errstr,
+                               size_t errstr_size)
 {
     dd_err_t err;
     struct store_index_key k;
@@ -677,8 +678,24 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
         err = fence_check(s, fn, op_id, ST_LIVE, generation, op, errstr,
                           errstr_size);
     } else {
-        err = fence(s, fn, op_id, ST_LIVE, generation, now_ms, op, errstr,
-                    errstr_size);
+        bool found = false;
+        err = store_op_read(s, op_id, now_ms, false, op, &found, errstr,
+                            errstr_size);
+        if (!err && !found && held && held_unwritten) {
+            /* its claim was deferred (store_claim_req.defer_new) and
+             * nothing wrote the op since: the held record is the op */
+            *op = *held;
+            found = true;
+        }
+        if (!err && !found) {
+            dd_errstr_set(errstr, errstr_size,
+                          "%s(%.64s): op not found (absent or expired)", fn,
+                          op_id);
+            err = DD_ERR_STATE;
+        } else if (!err) {
+            err = fence_check(s, fn, op_id, ST_LIVE, generation, op, errstr,
+                              errstr_size);
+        }
     }
     if (err)
         return err;
@@ -754,7 +771,7 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     uint64_t n = 0;
     err = complete_stage(s, "store_complete", batch, op_id, generation, state,
                          category, attempts, value, value_len, now_ms, NULL,
-                         &op, &n, errstr, errstr_size);
+                         false, &op, &n, errstr, errstr_size);
     if (err)
         goto out;
     char *rerr = NULL;
@@ -867,7 +884,8 @@ static size_t complete_batch_stage(struct store *s,
         r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
                                 r->generation, r->state, r->category,
                                 r->attempts, r->value, r->value_len, now_ms,
-                                r->held, &cb->ops[i], &r->seq, r->errstr,
+                                r->held, r->held_unwritten, &cb->ops[i],
+                                &r->seq, r->errstr,
                                 sizeof(r->errstr));
         if (r->err)
             continue;
@@ -1580,9 +1598,19 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
     for (size_t j = 0; j < cb->nu; j++) {
         cb->probe[j].put = NULL;
         if (cb->u[j].dirty) {
-            const char *id = cb->reqs[cb->u[j].first].op_id;
-            cb->rd[w++] = (struct batch_read){id, strlen(id), (uint32_t)j};
+            struct store_claim_req *first = &cb->reqs[cb->u[j].first];
             cb->probe[j].put = &cb->reqs[cb->u[j].cur].op;
+            /* a new op its caller completes within the loop: in the index
+             * only, written with its completion (store_claim_req) */
+            if (first->defer_new && !cb->u[j].found &&
+                first->result == STORE_CLAIM_NEW &&
+                first->op.generation == 1) {
+                first->deferred = true;
+                continue;
+            }
+            cb->rd[w++] = (struct batch_read){first->op_id,
+                                              strlen(first->op_id),
+                                              (uint32_t)j};
         }
     }
     qsort(cb->rd, w, sizeof(*cb->rd), batch_read_cmp);
@@ -1596,9 +1624,12 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
     }
     char *rerr = NULL;
     dd_err_t err = DD_OK;
-    rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
+    if (w)
+        rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
     if (rerr) {
+        for (size_t i = 0; i < cb->n; i++)
+            cb->reqs[i].deferred = false;
         err = store_write_fail(s, rerr, "rocksdb_write(ops batch)",
                                cb->reqs[cb->u[0].first].op_id, cb->errstr,
                                cb->errstr_size);
@@ -1628,6 +1659,8 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
     dd_err_t err = DD_OK;
     struct claim_batch cb = {.reqs = reqs, .n = n, .errstr = errstr,
                              .errstr_size = errstr_size};
+    for (size_t i = 0; i < n; i++)
+        reqs[i].deferred = false;
     perf_off();
     if (!claim_batch_alloc(&cb)) {
         dd_errstr_set(errstr, errstr_size,

@@ -1458,6 +1458,109 @@ START_TEST(test_job_data_files)
 }
 END_TEST
 
+/* The direct writer of the canonical request (job.c canonical_direct) and
+ * the jansson tree it replaced give the same bytes, hence the same
+ * request_hash, resource_key and op_id, on 5000 generated jobs: headers in
+ * every case, repeated, padded, credential and variance ones, bodies, steps,
+ * country, scheduled_for, parser_version, three header configurations. */
+START_TEST(test_job_canonical_direct_is_the_trees)
+{
+    /* the h-th header of a job from group h: no two alike in one JSON
+     * object, case variants of one name in different groups */
+    static const char *const names[6][3] = {
+        {"Accept", "X-Custom", "Authorization"},
+        {"accept", "x-custom", "authorization"},
+        {"ACCEPT", "Accept-Language", "Cookie"},
+        {"accept-language", "X-Api-Key", "User-Agent"},
+        {"Proxy-Authorization", "X-\u00e9", "x-api-key"},
+        {"X-CUSTOM", "cookie", "aCCept"}};
+    static const char *const values[] = {
+        "text/html", " padded\t", "", "\u00e9t\u00e9 \u20ac", "a\\\"q\\\\b",
+        "Bearer s3cr3t", "x\\ty", "  "};
+    static const char *const xvar[] = {"x-custom", "accept"};
+    static const char *const xcred[] = {"x-custom", "x-\u00e9"};
+    struct job_conf confs[3] = {
+        {0},
+        {.variance_headers = xvar, .n_variance_headers = 2},
+        {.credential_headers = xcred, .n_credential_headers = 2,
+         .variance_headers = xvar + 1, .n_variance_headers = 1},
+    };
+    unsigned seed = 7;
+    char json[4096], req[1024];
+    for (int t = 0; t < 5000; t++) {
+        size_t nsteps = rand_r(&seed) % 4 == 0 ? 1 + rand_r(&seed) % 3 : 0;
+        size_t n = 0;
+        n += (size_t)snprintf(json + n, sizeof(json) - n, "{");
+        for (size_t st = 0; st < (nsteps ? nsteps : 1); st++) {
+            size_t r = 0;
+            r += (size_t)snprintf(req + r, sizeof(req) - r,
+                                  "\"url\":\"https://Example.com/p%d?b=2&a=%d\"",
+                                  t, rand_r(&seed) % 3);
+            if (rand_r(&seed) % 2)
+                r += (size_t)snprintf(req + r, sizeof(req) - r,
+                                      ",\"method\":\"%s\"",
+                                      rand_r(&seed) % 2 ? "post" : "GET");
+            if (rand_r(&seed) % 3) {
+                r += (size_t)snprintf(req + r, sizeof(req) - r,
+                                      ",\"headers\":{");
+                int nh = rand_r(&seed) % 7;
+                for (int h = 0; h < nh; h++) /* distinct JSON keys */
+                    r += (size_t)snprintf(
+                        req + r, sizeof(req) - r, "%s\"%s\":\"%s\"",
+                        h ? "," : "",
+                        names[h][rand_r(&seed) % 3],
+                        values[rand_r(&seed) % (sizeof(values) /
+                                                sizeof(*values))]);
+                r += (size_t)snprintf(req + r, sizeof(req) - r, "}");
+            }
+            if (rand_r(&seed) % 3 == 0)
+                r += (size_t)snprintf(req + r, sizeof(req) - r,
+                                      ",\"body\":\"k=%d\"", t);
+            if (nsteps)
+                n += (size_t)snprintf(json + n, sizeof(json) - n,
+                                      "%s{%s}", st ? "," : "\"steps\":[",
+                                      req);
+            else
+                n += (size_t)snprintf(json + n, sizeof(json) - n, "%s", req);
+        }
+        if (nsteps)
+            n += (size_t)snprintf(json + n, sizeof(json) - n, "]");
+        if (rand_r(&seed) % 2)
+            n += (size_t)snprintf(json + n, sizeof(json) - n,
+                                  ",\"country\":\"de\"");
+        if (rand_r(&seed) % 2)
+            n += (size_t)snprintf(json + n, sizeof(json) - n,
+                                  ",\"scheduled_for\":\"2026-01-01T00:00:00Z\"");
+        if (rand_r(&seed) % 2)
+            n += (size_t)snprintf(json + n, sizeof(json) - n,
+                                  ",\"parser_version\":%d", rand_r(&seed) % 5);
+        if (rand_r(&seed) % 2)
+            n += (size_t)snprintf(json + n, sizeof(json) - n,
+                                  ",\"job_key\":\"k%d\"", t);
+        snprintf(json + n, sizeof(json) - n, "}");
+        struct job_conf direct = confs[t % 3], tree = confs[t % 3];
+        tree.canonical_tree = true;
+        struct job *a = NULL, *b = NULL;
+        char e1[256], e2[256];
+        dd_err_t ea = job_parse(&direct, json, strlen(json), &a, e1, sizeof(e1));
+        dd_err_t eb = job_parse(&tree, json, strlen(json), &b, e2, sizeof(e2));
+        ck_assert_msg(ea == eb, "%s: %d vs %d", json, ea, eb);
+        if (ea) {
+            ck_assert_str_eq(e1, e2);
+            continue;
+        }
+        ck_assert_msg(strcmp(a->canonical, b->canonical) == 0, "%s:\n%s\n%s",
+                      json, a->canonical, b->canonical);
+        ck_assert_str_eq(a->request_hash, b->request_hash);
+        ck_assert_str_eq(a->resource_key, b->resource_key);
+        ck_assert_str_eq(a->op_id, b->op_id);
+        ck_assert_str_eq(a->event_key, b->event_key);
+        job_destroy(a);
+        job_destroy(b);
+    }
+}
+END_TEST
+
 Suite *job_suite(void)
 {
     key_global_init();
@@ -1465,6 +1568,7 @@ Suite *job_suite(void)
     TCase *tc = tcase_create("cases");
     tcase_add_test(tc, test_job_resource_key_ignores_observation_fields);
     tcase_add_test(tc, test_job_identity_golden_values);
+    tcase_add_test(tc, test_job_canonical_direct_is_the_trees);
     tcase_add_test(tc, test_job_c01_host_case_request_hash);
     tcase_add_test(tc, test_job_c02_reserved_escapes_request_hash);
     tcase_add_test(tc, test_job_c05_default_port_request_hash);

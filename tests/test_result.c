@@ -6,9 +6,12 @@
  * them). */
 
 #include <check.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "job.h"
+#include "key.h"
 #include "result.h"
 #include "store.h"
 
@@ -167,6 +170,73 @@ START_TEST(test_result_op_outbox_str_names_each_state)
 }
 END_TEST
 
+/* The shadow result as result.c's jansson tree writes it (the members and
+ * order of encode(): the reference the direct writer must equal). */
+static char *shadow_reference(const struct job *j, uint64_t generation)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "event_key", json_string(j->event_key));
+    json_object_set_new(o, "op_id", json_string(j->op_id));
+    json_object_set_new(o, "request_hash", json_string(j->request_hash));
+    json_object_set_new(o, "generation", json_integer((json_int_t)generation));
+    json_object_set_new(o, "retry_epoch",
+                        json_integer((json_int_t)j->retry_epoch));
+    json_object_set_new(o, "job_key",
+                        j->job_key ? json_string(j->job_key) : json_null());
+    json_object_set_new(o, "url", json_string(j->req.url));
+    if (j->meta_json) {
+        json_t *m = json_loads(j->meta_json, 0, NULL);
+        json_object_set_new(o, "meta", m ? m : json_null());
+    }
+    json_object_set_new(o, "outcome", json_string("shadow"));
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return out;
+}
+
+START_TEST(test_result_shadow_is_the_trees_bytes)
+{
+    key_global_init();
+    static const char *const jobs[] = {
+        "{\"url\":\"https://example.com/a\"}",
+        "{\"url\":\"https://example.com/b?q=1\",\"job_key\":\"k \\\"quoted\\\" \\u00e9\","
+        "\"meta\":{\"z\":1,\"a\":[true,null,\"x\\n\\u0001\"],\"n\":{\"b\":-2}}}",
+        "{\"url\":\"https://example.com/c\",\"meta\":{\"r\":0.1,\"s\":\"\\u20ac\"}}",
+        "{\"url\":\"https://example.com/d\",\"job_key\":\"/slash/ \\u00e9x\"}",
+        "{\"url\":\"https://example.com/e\",\"meta\":{}}",
+    };
+    struct job_conf jc = {0};
+    for (size_t i = 0; i < sizeof(jobs) / sizeof(*jobs); i++) {
+        struct job *j = NULL;
+        char e[256];
+        ck_assert_msg(job_parse(&jc, jobs[i], strlen(jobs[i]), &j, e,
+                                sizeof(e)) == DD_OK, "%s: %s", jobs[i], e);
+        j->retry_epoch = (uint32_t)i;
+        uint64_t gens[] = {1, 4294967296ULL, (uint64_t)INT64_MAX};
+        for (size_t g = 0; g < 3; g++) {
+            char *want = shadow_reference(j, gens[g]);
+            char *got = NULL;
+            size_t len = 0;
+            const char *outcome = NULL;
+            ck_assert_int_eq(result_encode(j, NULL, gens[g], 1 << 20, &got,
+                                           &len, &outcome), DD_OK);
+            ck_assert_str_eq(outcome, "shadow");
+            ck_assert_uint_eq(len, strlen(want));
+            ck_assert_str_eq(got, want);
+            free(got);
+            /* above max_bytes: the smaller forms of the tree */
+            ck_assert_int_eq(result_encode(j, NULL, gens[g], strlen(want) - 1,
+                                           &got, &len, &outcome), DD_OK);
+            ck_assert_str_eq(outcome, "failed");
+            ck_assert_ptr_nonnull(strstr(got, "\"too_large\""));
+            free(got);
+            free(want);
+        }
+        job_destroy(j);
+    }
+}
+END_TEST
+
 Suite *result_suite(void)
 {
     Suite *s = suite_create("result");
@@ -175,6 +245,7 @@ Suite *result_suite(void)
     tcase_add_test(tc, test_result_op_encode_full_not_before_only_when_set);
     tcase_add_test(tc, test_result_op_encode_live_is_the_v1_ops_json);
     tcase_add_test(tc, test_result_op_outbox_str_names_each_state);
+    tcase_add_test(tc, test_result_shadow_is_the_trees_bytes);
     suite_add_tcase(s, tc);
     return s;
 }

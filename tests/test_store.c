@@ -492,6 +492,61 @@ START_TEST(test_store_held_record_skips_reads_until_the_op_changes)
 }
 END_TEST
 
+START_TEST(test_store_deferred_claim_is_written_with_its_completion)
+{
+    struct store_claim_req c[3] = {
+        {.op_id = "op-d", .request_hash = H1, .event_key = EK1,
+         .source = "jobs/0/1", .defer_new = true},
+        {.op_id = "op-d", .request_hash = H1, .event_key = EK1,
+         .source = "jobs/0/2", .defer_new = true},
+        {.op_id = "op-w", .request_hash = H1, .event_key = EK1,
+         .source = "jobs/0/3"},
+    };
+    ck_assert_int_eq(store_claim_batch(g_st, c, 3, T0, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(c[0].result, STORE_CLAIM_NEW);
+    ck_assert(c[0].deferred);
+    ck_assert_int_eq(c[1].result, STORE_CLAIM_DUPLICATE); /* in flight */
+    ck_assert_int_eq(c[2].result, STORE_CLAIM_NEW);
+    ck_assert(!c[2].deferred); /* not asked: written now */
+    struct store_op got, written;
+    ck_assert(!get("op-d", T0, &got)); /* only the index knows it */
+    ck_assert(get("op-w", T0, &got));
+    /* the completion writes the whole op */
+    struct store_complete_req r = {
+        .op_id = "op-d", .generation = c[0].op.generation,
+        .state = STORE_OP_COMPLETE, .attempts = 1, .value = "v",
+        .value_len = 1, .held = &c[0].op, .held_unwritten = true,
+        .written = &written};
+    ck_assert_int_eq(store_complete_batch(g_st, &r, 1, T0 + 1, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(r.err, DD_OK);
+    ck_assert(get("op-d", T0 + 1, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    ck_assert_uint_eq(got.generation, 1);
+    ck_assert_str_eq(got.source, "jobs/0/1");
+    ck_assert_uint_eq(store_outbox_pending(g_st), 1);
+    /* a held record said unwritten while another record is there (a
+     * forgotten op): fenced by that record, nothing written */
+    ck_assert_int_eq(claim("op-f", H1, T0, &got), STORE_CLAIM_NEW);
+    struct store_op held = got;
+    unsigned char v[STORE_CHANGELOG_VALUE_MAX];
+    size_t vlen = 0;
+    bool found = false;
+    ck_assert_int_eq(store_op_forget(g_st, "op-f", T0 + 1, v, &vlen, &found,
+                                     g_err, sizeof(g_err)), DD_OK);
+    r = (struct store_complete_req){
+        .op_id = "op-f", .generation = 1, .state = STORE_OP_COMPLETE,
+        .attempts = 1, .value = "v", .value_len = 1, .held = &held,
+        .held_unwritten = true};
+    ck_assert_int_eq(store_complete_batch(g_st, &r, 1, T0 + 2, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(r.err, DD_ERR_STATE);
+    ck_assert(get("op-f", T0 + 2, &got));
+    ck_assert_int_eq(got.state, STORE_OP_FORGOTTEN);
+}
+END_TEST
+
 START_TEST(test_store_complete_by_other_owner_is_state_error)
 {
     struct store_op op;
@@ -3146,6 +3201,7 @@ Suite *store_suite(void)
     tc = tcase("fencing");
     tcase_add_test(tc, test_store_complete_stale_generation_is_state_error);
     tcase_add_test(tc, test_store_held_record_skips_reads_until_the_op_changes);
+    tcase_add_test(tc, test_store_deferred_claim_is_written_with_its_completion);
     tcase_add_test(tc, test_store_complete_by_other_owner_is_state_error);
     tcase_add_test(tc, test_store_complete_twice_is_state_error);
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);
