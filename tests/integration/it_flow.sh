@@ -52,3 +52,21 @@ expect_eq "$(jq .duplicates <<<"$stats")" 40 "duplicates on re-run"
 expect_eq "$(jq .fast_path <<<"$stats")" 40 "fast-path decisions on re-run"
 expect_eq "$(log_since "$mark" | wc -l)" 0 "origin requests on re-run"
 expect_eq "$(topic_dump "$T.results" | wc -l)" 20 "results topic unchanged"
+
+# A copy of an op in flight: submitted again while the op's slow fetch runs
+# (64..96 KiB at 16 KiB/s: 4..6 s), it is decided on the fast path without a
+# parse and waits with the op (DESIGN.md section 2, as built): one fetch, one
+# result, both messages done.
+slow_pages 1 65536 98304 | jq -Rc '{url: .}' > "$WORK/slow.ndjson"
+mark=$(log_mark) from=$(( $(wc -l < "$WORK/run.log") + 1 ))
+submit "$WORK/slow.ndjson" > /dev/null
+run_until_idle > "$WORK/slow.stats" &
+runpid=$!
+expect_eq "$(wait_inflight "$(admin_port "$WORK/run.log" "$from")" 1)" 1 "the slow op in flight"
+submit "$WORK/slow.ndjson" > /dev/null
+wait "$runpid" || fail "dedupd run failed"
+stats=$(cat "$WORK/slow.stats")
+echo "stats: $stats"
+expect_eq "$(jq '[.consumed, .new, .duplicates_inflight, .fast_path, .results] | join(" ")' -r <<<"$stats")" \
+  "2 1 1 1 1" "consumed, new, duplicates in flight, fast-path decisions, results"
+expect_eq "$(log_since "$mark" | grep -c '/slow/')" 1 "origin requests of the slow page"
