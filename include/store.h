@@ -412,6 +412,13 @@ struct store_complete_req {
                                             hot index still holds it
                                             (store_index_holds), the fence
                                             is decided on it without a read */
+    bool acked;                        /**< in: its result is already on
+                                            the topic (a shadow op written
+                                            once, at its result's
+                                            acknowledgement): the record is
+                                            written with its outbox state
+                                            SENT and no outbox entry (seq 0);
+                                            \p value is not stored */
     bool held_unwritten;               /**< in: \p held was never written
                                             (store_claim_req.deferred): an
                                             op absent from RocksDB is that

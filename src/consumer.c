@@ -639,11 +639,31 @@ static void claim_apply(struct pipeline *pl, struct job *job, struct pmsg *pm,
     }
 }
 
+/* A job of an op this run holds but has not written yet (a shadow op until
+ * its result is acknowledged): the store does not know it, this run does.
+ * Decided here as the store would (a duplicate in flight, or a conflict)
+ * and true; false for any other job.  Takes ownership of \p job and \p pm
+ * when true. */
+static bool claim_unwritten(struct pipeline *pl, struct job *job,
+                            struct pmsg *pm, const char *source)
+{
+    struct opctx *o = pl->n_ops ? op_find(pl, job->op_id) : NULL;
+    if (!o || !o->rec_unwritten)
+        return false;
+    bool same = strcmp(o->rec.request_hash, job->request_hash) == 0;
+    claim_apply(pl, job, pm, source, DD_OK, "",
+                same ? STORE_CLAIM_DUPLICATE : STORE_CLAIM_CONFLICT, o->rec,
+                false);
+    return true;
+}
+
 /* Claim one job (the slow path: held messages).  Takes ownership of \p job
  * and \p pm. */
 static void claim(struct pipeline *pl, struct job *job, struct pmsg *pm,
                   const char *source)
 {
+    if (claim_unwritten(pl, job, pm, source))
+        return;
     char e[DD_ERRSTR_SIZE] = "";
     enum store_claim_result res = STORE_CLAIM_DUPLICATE;
     struct store_op op;
@@ -941,8 +961,11 @@ static void completed(struct pipeline *pl, struct opctx *o,
     }
 }
 
-/* Shadow mode: complete the ops claimed in this loop iteration with their
- * `shadow` results in one store batch (group commit), then produce them. */
+/* Shadow mode: the ops claimed in this loop iteration get their `shadow`
+ * results.  A new op (its claim deferred, store_claim_req.defer_new) is
+ * produced at once and written once, when its result is acknowledged
+ * (consumer_out_acks_flush); a reclaimed one is completed in one store
+ * batch with the others (group commit), then produced. */
 void consumer_shadow_flush(struct pipeline *pl)
 {
     size_t n = pl->n_shadow;
@@ -951,39 +974,58 @@ void consumer_shadow_flush(struct pipeline *pl)
     pl->n_shadow = 0;
     struct store_complete_req *req =
         dd_xcalloc(n, sizeof(*req), "shadow batch");
+    struct opctx **ops = dd_xcalloc(n, sizeof(*ops), "shadow batch");
     char **v = dd_xcalloc(n, sizeof(*v), "shadow batch");
     size_t *vlen = dd_xcalloc(n, sizeof(*vlen), "shadow batch");
     unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
                                      "shadow batch");
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = pl->shadow_pending[i];
         const char *outcome;
+        char *val;
+        size_t len;
         if (result_encode(o->job, NULL, o->generation,
-                          (size_t)pl->cfg->limits_max_result_bytes, &v[i],
-                          &vlen[i], &outcome))
+                          (size_t)pl->cfg->limits_max_result_bytes, &val,
+                          &len, &outcome))
             dd_oom("shadow result");
-        req[i] = (struct store_complete_req){
+        if (o->rec_unwritten) {
+            struct outmsg *m =
+                consumer_out_result(pl, OUT_RESULT, o->op_id,
+                                    o->job->event_key, o->generation, val,
+                                    len);
+            free(val);
+            m->op = o;
+            consumer_out_send(pl, m);
+            continue;
+        }
+        ops[k] = o;
+        v[k] = val;
+        vlen[k] = len;
+        req[k] = (struct store_complete_req){
             .op_id = o->op_id,
             .generation = o->generation,
             .state = STORE_OP_COMPLETE,
-            .value = v[i],
-            .value_len = vlen[i],
-            .changelog = clog + i * STORE_CHANGELOG_VALUE_MAX,
+            .value = val,
+            .value_len = len,
+            .changelog = clog + k * STORE_CHANGELOG_VALUE_MAX,
             /* claimed in this loop iteration: nothing but this run wrote
              * it since (no lease renewal, no fetch) */
             .held = &o->rec,
-            .held_unwritten = o->rec_unwritten,
             .written = &o->rec,
         };
+        k++;
     }
     char e[DD_ERRSTR_SIZE];
-    if (store_complete_batch(pl->store, req, n, dd_now_ms(), e, sizeof(e)))
-        log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", n, e);
-    for (size_t i = 0; i < n; i++) {
-        completed(pl, pl->shadow_pending[i], &req[i], v[i], vlen[i]);
+    if (k && store_complete_batch(pl->store, req, k, dd_now_ms(), e,
+                                  sizeof(e)))
+        log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", k, e);
+    for (size_t i = 0; i < k; i++) {
+        completed(pl, ops[i], &req[i], v[i], vlen[i]);
         free(v[i]);
     }
     free(req);
+    free(ops);
     free(v);
     free(vlen);
     free(clog);
@@ -998,7 +1040,8 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
     struct store_claim_req *reqs = dd_xcalloc(n, sizeof(*reqs), "poll batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (admit(pl, rkms[i], &items[k]))
+        if (admit(pl, rkms[i], &items[k]) &&
+            !claim_unwritten(pl, items[k].job, items[k].pm, items[k].source))
             k++;
     if (k) {
         for (size_t i = 0; i < k; i++) {
@@ -1379,7 +1422,7 @@ static void renew_leases(struct pipeline *pl)
     char e[DD_ERRSTR_SIZE];
     for (size_t b = 0; b < CONSUMER_OPMAP_BUCKETS; b++) {
         for (struct opctx *o = pl->opmap[b]; o; o = o->hnext) {
-            if (o->stored)
+            if (o->stored || o->rec_unwritten) /* no record to renew */
                 continue;
             if (store_lease_renew(pl->store, o->op_id, o->generation, now, e,
                                   sizeof(e))) {
@@ -1673,6 +1716,7 @@ static void pipeline_fini(struct pipeline *pl)
         consumer_released_free(pl, pl->released);
     consumer_out_acks_flush(pl); /* the purge's reports */
     free(pl->acks);
+    free(pl->acked);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);

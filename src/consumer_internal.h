@@ -85,7 +85,9 @@ struct opctx {
     bool rec_held;              /* rec is the completion's: its outbox
                                    acknowledgement reads nothing */
     bool rec_unwritten;         /* rec is a claim not written yet
-                                   (store_claim_req.deferred: shadow) */
+                                   (store_claim_req.deferred: shadow): it is
+                                   written once, when its result is
+                                   acknowledged (consumer_out_acks_flush) */
 };
 
 enum out_kind {
@@ -201,6 +203,9 @@ struct pipeline {
     char fatal_msg[DD_ERRSTR_SIZE];
     struct outbox_ack *acks; /* collected, for consumer_out_acks_flush */
     size_t n_acks, cap_acks;
+    struct opctx **acked;  /* shadow ops whose result was acknowledged, to
+                              write (consumer_out_acks_flush) */
+    size_t n_acked, cap_acked;
     /* processing.guarantee exactly_once (consumer_txn.c) */
     bool eos;
     bool txn_dirty;       /* produced or an offset moved since the last

@@ -186,8 +186,66 @@ static void changelog_acked(struct pipeline *pl, uint64_t seq,
         .op = op, .msg = msg};
 }
 
+/* The shadow ops whose result was acknowledged: each written once, COMPLETE
+ * with its result sent and no outbox entry (store_complete_req.acked), all
+ * in one store batch; then their changelog records.  A crash before the
+ * write re-consumes their jobs (offsets not committed): claimed again, their
+ * results produced again under the same event_key, as an outbox replay
+ * would. */
+static void acked_flush(struct pipeline *pl)
+{
+    size_t n = pl->n_acked;
+    if (!n)
+        return;
+    pl->n_acked = 0;
+    struct store_complete_req *req =
+        dd_xcalloc(n, sizeof(*req), "acknowledged shadow ops");
+    unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
+                                     "acknowledged shadow ops");
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = pl->acked[i];
+        req[i] = (struct store_complete_req){
+            .op_id = o->op_id,
+            .generation = o->generation,
+            .state = STORE_OP_COMPLETE,
+            .acked = true,
+            .changelog = clog + i * STORE_CHANGELOG_VALUE_MAX,
+            .held = &o->rec,
+            .held_unwritten = true,
+            .written = &o->rec,
+        };
+    }
+    char e[DD_ERRSTR_SIZE];
+    if (store_complete_batch(pl->store, req, n, dd_now_ms(), e, sizeof(e)))
+        log_msg(LOG_ERR, "store", "writing %zu shadow ops: %s", n, e);
+    for (size_t i = 0; i < n; i++) {
+        struct opctx *o = pl->acked[i];
+        struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
+        if (req[i].err == DD_ERR_STATE) { /* written by another since */
+            log_ctx_msg(LOG_WARNING, "store", &lc, "shadow op not written: %s",
+                        req[i].errstr);
+            consumer_op_finish(pl, o);
+        } else if (req[i].err) { /* its messages stay uncommitted */
+            log_ctx_msg(LOG_ERR, "store", &lc, "%s", req[i].errstr);
+        } else {
+            o->rec_unwritten = false;
+            o->stored = true;
+            o->ticket = req[i].ticket;
+            if (req[i].changelog_len && o->partition >= 0)
+                consumer_out_changelog_value(pl, o->partition, o->op_id,
+                                             req[i].changelog,
+                                             req[i].changelog_len, 0, o, NULL);
+            else
+                ack_finish(pl, o, NULL);
+        }
+    }
+    free(req);
+    free(clog);
+}
+
 void consumer_out_acks_flush(struct pipeline *pl)
 {
+    acked_flush(pl);
     size_t n = pl->n_acks;
     if (!n)
         return;
@@ -296,7 +354,15 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         /* The result is on the topic; now the decision's record: the op's
          * messages are done once it is acknowledged (DESIGN.md section 4:
          * a visible record never names a result not on the topic). */
-        if (m->op->clog) /* as its completion wrote it: no read */
+        if (m->op->rec_unwritten) { /* a shadow op: written now, once */
+            if (pl->n_acked == pl->cap_acked) {
+                pl->cap_acked = pl->cap_acked ? 2 * pl->cap_acked : 256;
+                pl->acked = dd_xrealloc(pl->acked,
+                                        pl->cap_acked * sizeof(*pl->acked),
+                                        "acknowledged shadow ops");
+            }
+            pl->acked[pl->n_acked++] = m->op;
+        } else if (m->op->clog) /* as its completion wrote it: no read */
             consumer_out_changelog_value(pl, m->op->partition, m->op->op_id,
                                          m->op->clog, m->op->clog_len, m->seq,
                                          m->op, NULL);

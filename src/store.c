@@ -663,9 +663,9 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
                                const char *category, uint32_t attempts,
                                const void *value, size_t value_len,
                                int64_t now_ms, const struct store_op *held,
-                               bool held_unwritten, struct store_op *op,
-                               uint64_t *seq, char *errstr,
-                               size_t errstr_size)
+                               bool held_unwritten, bool acked,
+                               struct store_op *op, uint64_t *seq,
+                               char *errstr, size_t errstr_size)
 {
     dd_err_t err;
     struct store_index_key k;
@@ -700,16 +700,17 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     if (err)
         return err;
     size_t idlen = strlen(op_id);
-    size_t ocap = store_codec_outbox_size(idlen, strlen(op->event_key),
-                                          value_len);
-    unsigned char *obuf = malloc(ocap);
-    if (!obuf) {
+    size_t ocap = acked ? 0
+                        : store_codec_outbox_size(idlen, strlen(op->event_key),
+                                                  value_len);
+    unsigned char *obuf = acked ? NULL : malloc(ocap);
+    if (!acked && !obuf) {
         dd_errstr_set(errstr, errstr_size,
                       "%s(%.64s): out of memory (%zu bytes)", fn, op_id, ocap);
         return DD_ERR_NOMEM;
     }
     uint64_t n = 0;
-    err = seq_alloc(s, &n, errstr, errstr_size);
+    err = acked ? DD_OK : seq_alloc(s, &n, errstr, errstr_size);
     if (err) {
         free(obuf);
         return err;
@@ -718,7 +719,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     snprintf(op->category, sizeof(op->category), "%s",
              category ? category : "");
     op->attempts = attempts;
-    op->outbox_state = STORE_OUTBOX_PENDING;
+    op->outbox_state = acked ? STORE_OUTBOX_SENT : STORE_OUTBOX_PENDING;
     op->outbox_seq = n;
     op->not_before_ms = 0;
     op->updated_at_ms = now_ms;
@@ -731,6 +732,12 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->expires_at_ms = store_add_ms(now_ms, keep);
     unsigned char vbuf[STORE_CODEC_OP_VALUE_MAX];
     size_t vlen = store_codec_op_encode(op, vbuf, sizeof(vbuf));
+    assert(vlen > 0);
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, idlen,
+                              (const char *)vbuf, vlen);
+    *seq = n;
+    if (acked)
+        return DD_OK;
     const struct store_codec_outbox ent = {
         .op_id = op_id,
         .op_id_len = idlen,
@@ -741,15 +748,12 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
         .value_len = value_len,
     };
     size_t olen = store_codec_outbox_encode(&ent, obuf, ocap);
-    assert(vlen > 0 && olen > 0); /* bounded strings; value_len checked */
+    assert(olen > 0); /* bounded strings; value_len checked */
     unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
     store_codec_outbox_key(n, key);
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_OPS], op_id, idlen,
-                              (const char *)vbuf, vlen);
     rocksdb_writebatch_put_cf(wb, s->cf[CF_OUTBOX], (const char *)key,
                               sizeof(key), (const char *)obuf, olen);
     free(obuf);
-    *seq = n;
     return DD_OK;
 }
 
@@ -771,7 +775,7 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     uint64_t n = 0;
     err = complete_stage(s, "store_complete", batch, op_id, generation, state,
                          category, attempts, value, value_len, now_ms, NULL,
-                         false, &op, &n, errstr, errstr_size);
+                         false, false, &op, &n, errstr, errstr_size);
     if (err)
         goto out;
     char *rerr = NULL;
@@ -884,8 +888,8 @@ static size_t complete_batch_stage(struct store *s,
         r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
                                 r->generation, r->state, r->category,
                                 r->attempts, r->value, r->value_len, now_ms,
-                                r->held, r->held_unwritten, &cb->ops[i],
-                                &r->seq, r->errstr,
+                                r->held, r->held_unwritten, r->acked,
+                                &cb->ops[i], &r->seq, r->errstr,
                                 sizeof(r->errstr));
         if (r->err)
             continue;
@@ -937,7 +941,8 @@ static dd_err_t complete_batch_write(struct store *s,
                     store_changelog_encode(&cb->ops[i], reqs[i].changelog);
             store_index_put(s->idx, &cb->keys[i], &cb->ops[i], now_ms,
                             STORE_INDEX_UPSERT);
-            atomic_fetch_add(&s->pending, 1);
+            if (!reqs[i].acked)
+                atomic_fetch_add(&s->pending, 1);
             if (reqs[i].written)
                 *reqs[i].written = cb->ops[i];
         }

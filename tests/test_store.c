@@ -788,6 +788,39 @@ START_TEST(test_store_outbox_complete_foreach_ack)
 }
 END_TEST
 
+START_TEST(test_store_acked_completion_writes_no_outbox_entry)
+{
+    /* a shadow op written once, at its result's acknowledgement: COMPLETE,
+     * sent, no outbox entry; a duplicate afterwards, as after an ack */
+    struct store_claim_req c = {.op_id = "op-a", .request_hash = H1,
+                                .event_key = EK1, .source = "jobs/0/1",
+                                .defer_new = true};
+    ck_assert_int_eq(store_claim_batch(g_st, &c, 1, T0, g_err, sizeof(g_err)),
+                     DD_OK);
+    ck_assert(c.deferred);
+    struct store_op written, got;
+    unsigned char clog[STORE_CHANGELOG_VALUE_MAX];
+    struct store_complete_req r = {
+        .op_id = "op-a", .generation = c.op.generation,
+        .state = STORE_OP_COMPLETE, .acked = true, .held = &c.op,
+        .held_unwritten = true, .written = &written, .changelog = clog};
+    ck_assert_int_eq(store_complete_batch(g_st, &r, 1, T0 + 1, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(r.err, DD_OK);
+    ck_assert_uint_eq(r.seq, 0);
+    ck_assert_uint_gt(r.changelog_len, 0);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 0);
+    ck_assert(get("op-a", T0 + 1, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    ck_assert_int_eq(got.outbox_state, STORE_OUTBOX_SENT);
+    ck_assert_int_eq(written.outbox_state, STORE_OUTBOX_SENT);
+    struct collect col;
+    collect(&col, 0);
+    ck_assert_int_eq(col.n, 0); /* nothing to replay */
+    ck_assert_int_eq(claim("op-a", H1, T0 + 2, &got), STORE_CLAIM_DUPLICATE);
+}
+END_TEST
+
 START_TEST(test_store_outbox_ack_is_idempotent)
 {
     struct store_op op;
@@ -3202,6 +3235,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_complete_stale_generation_is_state_error);
     tcase_add_test(tc, test_store_held_record_skips_reads_until_the_op_changes);
     tcase_add_test(tc, test_store_deferred_claim_is_written_with_its_completion);
+    tcase_add_test(tc, test_store_acked_completion_writes_no_outbox_entry);
     tcase_add_test(tc, test_store_complete_by_other_owner_is_state_error);
     tcase_add_test(tc, test_store_complete_twice_is_state_error);
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);

@@ -310,6 +310,20 @@ static dd_err_t parse_one(const struct conf_run *run, const uint8_t *data,
     FUZZ_CHECK(job != NULL && job != (struct job *)(uintptr_t)1,
                "[%s] DD_OK without a job", run->name);
     check_job(run, job);
+    /* the direct writer of the canonical request (job.c) is the jansson
+     * tree's bytes: the same job through the tree, the same identity */
+    struct job_conf tree_conf = run->conf;
+    tree_conf.canonical_tree = true;
+    struct job *tree = NULL;
+    char te[DD_ERRSTR_SIZE];
+    FUZZ_CHECK(job_parse(&tree_conf, data, size, &tree, te, sizeof(te)) ==
+                   DD_OK, "[%s] the tree refused what the writer took: %s",
+               run->name, te);
+    FUZZ_CHECK(strcmp(job->canonical, tree->canonical) == 0 &&
+                   strcmp(job->resource_key, tree->resource_key) == 0,
+               "[%s] canonical request %s, the tree's %s", run->name,
+               job->canonical, tree->canonical);
+    job_destroy(tree);
     job_destroy(job);
     return err;
 }
@@ -324,7 +338,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct conf_run def = { "default", { 0 }, def_variance, 2, NULL, 0 };
     struct conf_run alt = {
         "alternate",
-        { alt_variance, 3, alt_credentials, 3, size },
+        { .variance_headers = alt_variance, .n_variance_headers = 3,
+          .credential_headers = alt_credentials, .n_credential_headers = 3,
+          .max_job_bytes = size },
         alt_variance, 3, alt_credentials, 3,
     };
     char e_def[DD_ERRSTR_SIZE], e_alt[DD_ERRSTR_SIZE];
