@@ -198,6 +198,8 @@ static void acked_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_acked = 0;
+    if (pl->closing) /* the end of the run: their jobs are consumed again */
+        return;
     struct store_complete_req *req =
         dd_xcalloc(n, sizeof(*req), "acknowledged shadow ops");
     unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,

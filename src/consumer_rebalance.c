@@ -218,9 +218,13 @@ static size_t revoked_ops(struct pipeline *pl, const int32_t *ids, size_t n,
             if (in_set(ids, n, o->partition)) {
                 struct store_op op;
                 bool found = false;
-                if (!o->stored && release_all) {
+                /* a shadow op not written yet has no lease to give up and
+                 * may have its result in flight: it drains like a stored
+                 * one */
+                bool holds = !o->stored && !o->rec_unwritten;
+                if (holds && release_all) {
                     op_release(pl, o);
-                } else if (!o->stored && release_waiting &&
+                } else if (holds && release_waiting &&
                            !store_op_get(pl->store, o->op_id, dd_now_ms(),
                                          &op, &found, e, sizeof(e)) &&
                            found && op.state == STORE_OP_RETRYABLE) {
