@@ -707,15 +707,14 @@ struct store_claim_req {
     const char *source;         /**< in */
     bool defer_new;             /**< in: a NEW op (absent before, not a
                                      forgotten one) is not written here: the
-                                     caller completes it within the same
-                                     loop (shadow mode) with
+                                     caller completes it later (shadow mode:
+                                     at its result's acknowledgement) with
                                      store_complete_batch (req.held, with
                                      held_unwritten), whose write carries the
                                      whole op.  Until then only the hot index
-                                     knows it; a crash in between loses
-                                     nothing (nothing was fetched or
-                                     published, the job's offset not
-                                     committed).  The caller claims that
+                                     knows it; a crash in between re-consumes
+                                     its job (the offset was not committed)
+                                     and claims it again.  The caller claims that
                                      op_id again only after the completion
                                      (the store would answer NEW: there is
                                      no record yet) */

@@ -487,12 +487,12 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
     o->rec = *op;
-    o->rec_unwritten = deferred; /* shadow: written with its completion */
+    o->rec_unwritten = deferred; /* shadow: written at its result's ack */
     /* the claim record: the next owner after a crash waits out its lease
      * (or takes it at once after a release) instead of fetching blindly.
-     * A shadow op fetches nothing and its completion's record follows in
-     * this loop iteration: it has none (issue 13: a third of the records
-     * and of their delivery reports on the decision path) */
+     * A shadow op fetches nothing and its completion's record follows its
+     * result's acknowledgement: it has none (issue 13: a third of the
+     * records and of their delivery reports on the decision path) */
     if (!pl->opts->shadow) {
         unsigned char v[STORE_CHANGELOG_VALUE_MAX];
         size_t vlen = store_changelog_encode(op, v);
@@ -1049,9 +1049,8 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
             reqs[i].request_hash = items[i].job->request_hash;
             reqs[i].event_key = items[i].job->event_key;
             reqs[i].source = items[i].source;
-            /* a shadow op is completed in this loop iteration
-             * (consumer_shadow_flush): its claim and completion are one
-             * write */
+            /* a new shadow op is written once, at its result's
+             * acknowledgement (consumer_out_acks_flush) */
             reqs[i].defer_new = pl->opts->shadow;
         }
         char e[DD_ERRSTR_SIZE] = "";
