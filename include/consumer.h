@@ -72,6 +72,12 @@ struct consumer_stats {
     uint64_t single_flight; /**< ops served by another op's transfer */
     uint64_t not_modified;  /**< 304s answered from the stored body */
     int64_t first_msg_ms, last_msg_ms;
+    double pipeline_cpu_s;  /**< CPU time (user + system, seconds) of the
+                                 thread that ran consumer_run, start-up
+                                 (outbox replay) and close included:
+                                 CLOCK_THREAD_CPUTIME_ID, clock_gettime(3);
+                                 libcurl's transfers (the fetch engine's
+                                 thread) and librdkafka's threads excluded */
 };
 
 /** What one run drives, opened by consumer_handles_open(). */

@@ -7,6 +7,7 @@
 #include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -1760,6 +1761,9 @@ dd_err_t consumer_run(const struct cfg *cfg, struct consumer_handles *h,
     consumer_stop_leave(pl, err);
 out:
     pipeline_fini(pl);
+    struct timespec cpu;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+        st->pipeline_cpu_s = (double)cpu.tv_sec + (double)cpu.tv_nsec / 1e9;
     /* exactly_once: the last transaction (the stop's or the close's revoke)
      * aborted or was fenced: not a clean exit */
     if (!err && pl->fatal) {
@@ -1943,7 +1947,9 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
             "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
             "\"single_flight\":%llu,\"not_modified\":%llu,"
-            "\"seconds\":%.3f,\"messages_per_second\":%.1f}\n",
+            "\"seconds\":%.3f,\"messages_per_second\":%.1f,"
+            "\"pipeline_cpu_seconds\":%.3f,"
+            "\"pipeline_cpu_us_per_message\":%.1f}\n",
             (unsigned long long)st->consumed, (unsigned long long)st->new_ops,
             (unsigned long long)st->reclaimed,
             (unsigned long long)st->duplicates,
@@ -1958,5 +1964,8 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             (unsigned long long)st->rotations,
             (unsigned long long)st->throttled, (unsigned long long)st->bytes,
             (unsigned long long)st->single_flight,
-            (unsigned long long)st->not_modified, secs, secs > 0 ? (double)st->consumed / secs : 0.0);
+            (unsigned long long)st->not_modified, secs,
+            secs > 0 ? (double)st->consumed / secs : 0.0, st->pipeline_cpu_s,
+            st->consumed ? st->pipeline_cpu_s * 1e6 / (double)st->consumed
+                         : 0.0);
 }

@@ -63,6 +63,23 @@ static const unsigned char cls[256] = {
     3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, /* F5.. */
 };
 
+/* Eight bytes at p that are all written as is (class 0: 0x20..0x7F but '"'
+ * and '\\'), tested together: the "has zero byte" and "has byte less than"
+ * word tricks (Sean Anderson, Bit Twiddling Hacks), exact as a yes/no
+ * answer.  Most of a page is such runs, which are then copied 8 at a time
+ * (issue 13: the byte loop was 11% of the pipeline thread on fetched
+ * pages). */
+#define ONES UINT64_C(0x0101010101010101)
+#define HIGHS UINT64_C(0x8080808080808080)
+static inline bool plain8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    uint64_t q = x ^ (ONES * '"'), b = x ^ (ONES * '\\');
+    return ((x | ((x - ONES * 0x20) & ~x) | ((q - ONES) & ~q)
+             | ((b - ONES) & ~b)) & HIGHS) == 0;
+}
+
 /* Append the literal of p[0..n) at w (room for 6 n + 2 bytes not needed:
  * the caller sized it by a first pass).  @returns the end, or NULL if the
  * bytes are refused. */
@@ -75,6 +92,13 @@ static char *quote_into(const unsigned char *p, size_t n, char *w)
     *w++ = '"';
     size_t i = 0;
     while (i < n) {
+        while (n - i >= 8 && plain8(p + i)) {
+            memcpy(w, p + i, 8);
+            w += 8;
+            i += 8;
+        }
+        if (i == n)
+            break;
         unsigned char c = p[i];
         switch (cls[c]) {
         case 0:
@@ -119,6 +143,12 @@ static size_t quoted_size(const unsigned char *p, size_t n)
     size_t q = 2;
     size_t i = 0;
     while (i < n) {
+        while (n - i >= 8 && plain8(p + i)) {
+            q += 8;
+            i += 8;
+        }
+        if (i == n)
+            break;
         unsigned char c = p[i];
         unsigned k = cls[c];
         if (k < 3) {

@@ -107,6 +107,22 @@ START_TEST(test_jstr_random_bytes_match_jansson)
 }
 END_TEST
 
+START_TEST(test_jstr_every_byte_at_every_word_offset)
+{
+    /* quote_into and quoted_size copy runs of plain bytes 8 at a time
+     * (plain8): every byte value at every offset of three words inside
+     * plain text must still be escaped, copied or refused as jansson does */
+    unsigned char buf[27];
+    for (int v = 0; v < 256; v++)
+        for (size_t k = 0; k < 24; k++)
+            for (size_t n = k + 1; n <= sizeof(buf); n += 2) {
+                memset(buf, 'a', sizeof(buf));
+                buf[k] = (unsigned char)v;
+                check_same(buf, n);
+            }
+}
+END_TEST
+
 START_TEST(test_jstr_large_body)
 {
     size_t n = 1 << 20;
@@ -218,6 +234,7 @@ Suite *jstr_suite(void)
     tcase_add_test(tc, test_jstr_escapes_like_jansson);
     tcase_add_test(tc, test_jstr_refuses_what_jansson_refuses);
     tcase_add_test(tc, test_jstr_random_bytes_match_jansson);
+    tcase_add_test(tc, test_jstr_every_byte_at_every_word_offset);
     tcase_add_test(tc, test_jstr_large_body);
     tcase_add_test(tc, test_jstr_dump_compact_matches_jansson);
     tcase_add_test(tc, test_jstr_dump_compact_leaves_reals_to_jansson);
