@@ -195,6 +195,11 @@ struct fetch_result {
     char *content_type, *etag, *last_modified; /**< or NULL */
     unsigned char *body;        /**< decoded body (NUL-terminated extra byte) */
     size_t body_len;
+    char body_sha256[65];       /**< hex SHA-256 of body, computed on the
+                                     engine thread when the result is made
+                                     (so the pipeline thread does not: issue
+                                     13); "" when body is NULL or was replaced
+                                     since (then its user computes it) */
     uint32_t attempts;          /**< attempts made */
     uint32_t rotations;         /**< session rotations */
     uint32_t throttled;         /**< blocked answers (429...) seen */

@@ -1198,6 +1198,8 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         req->http_status = (int32_t)r->status;
         req->body = r->body;
         req->body_len = r->body_len;
+        if (r->body && r->body_sha256[0])
+            req->body_sha256 = r->body_sha256;
     }
 }
 
@@ -1231,6 +1233,7 @@ static bool cond_apply(struct pipeline *pl, struct opctx *o,
     free(r->body);
     r->body = body;
     r->body_len = len;
+    r->body_sha256[0] = '\0'; /* the stored body's: computed where used */
     if (!r->content_type && v->content_type[0])
         r->content_type = dd_xstrdup(v->content_type, "stored headers");
     if (!r->etag && v->etag[0])

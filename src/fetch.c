@@ -619,6 +619,8 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
     struct fetch_result *r = finish_result(f, x, ok, status, category, error);
+    if (r->body)
+        key_sha256_hex(r->body, r->body_len, r->body_sha256);
     atomic_fetch_add(ok ? &f->st_completed : &f->st_failed, 1);
     done_push(f, r);
 }

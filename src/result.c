@@ -164,7 +164,10 @@ static json_t *encode(const struct job *job, const struct fetch_result *r,
     }
     if (r->body) {
         char digest[KEY_HEX_LEN + 1];
-        key_sha256_hex(r->body, r->body_len, digest);
+        if (r->body_sha256[0]) /* the fetch engine's (fetch.h) */
+            memcpy(digest, r->body_sha256, sizeof(digest));
+        else
+            key_sha256_hex(r->body, r->body_len, digest);
         json_object_set_new(o, "body_sha256", json_string(digest));
         json_object_set_new(o, "bytes", json_integer((json_int_t)r->body_len));
         if (with_body && body_literal(r->body, r->body_len, &body->lit,

@@ -646,6 +646,7 @@ static void assert_released(const struct fetch_result *r, void *opaque)
     ck_assert_str_eq(r->category, "released");
     ck_assert_ptr_null(r->body);
     ck_assert_uint_eq(r->body_len, 0);
+    ck_assert_str_eq(r->body_sha256, "");
 }
 
 START_TEST(test_release_waiting_retry_after)
@@ -707,6 +708,8 @@ START_TEST(test_release_running_completes)
     ck_assert_int_eq(ra->status, 200);
     ck_assert_uint_eq(ra->body_len, 2);
     ck_assert_str_eq((const char *)ra->body, "ok");
+    /* the body's digest, made on the engine thread (sha256sum of "ok") */
+    ck_assert_str_eq(ra->body_sha256, "2689367b205c16ce32ed4200942b8b8b1e262dfc70d9bc9fbc77c49699a4f1df");
     ck_assert_uint_eq(ra->attempts, 1);
     ck_assert_int_eq(ra->not_before_ms, 0);
     fetch_result_destroy(ra);
