@@ -200,6 +200,11 @@ struct fetch_result {
                                      (so the pipeline thread does not: issue
                                      13); "" when body is NULL or was replaced
                                      since (then its user computes it) */
+    void *prepared;             /**< what the done hook made of this result
+                                     (fetch_set_done_hook), or NULL; freed by
+                                     fetch_result_destroy with prepared_free
+                                     unless its user took it (set NULL) */
+    void (*prepared_free)(void *prepared);
     uint32_t attempts;          /**< attempts made */
     uint32_t rotations;         /**< session rotations */
     uint32_t throttled;         /**< blocked answers (429...) seen */
@@ -346,6 +351,28 @@ typedef void(fetch_retry_cb)(void *hook_opaque, void *req_opaque,
  *           before the engine reads it).
  */
 void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque);
+
+/**
+ * Done hook: called on the engine thread with each final result that is not
+ * released (fetch_result.released), after its body_sha256 is set and before
+ * fetch_take can return it, so work on the result (the consumer encodes it)
+ * runs beside the taker's thread instead of on it (issue 13).  It may set
+ * r->prepared and r->prepared_free and must not change anything else of
+ * \p r nor call the engine.  It reads what the request's opaque points to
+ * concurrently with the submitter's thread: only what that thread does not
+ * change while the request runs.
+ * @param hook_opaque  As given to fetch_set_done_hook().
+ * @param req_opaque   The request's fetch_req.opaque (r->opaque).
+ */
+typedef void(fetch_done_cb)(void *hook_opaque, void *req_opaque,
+                            struct fetch_result *r);
+
+/**
+ * @brief Install the done hook (NULL: none), as fetch_set_retry_hook().
+ * @locality any one thread that is not the engine's, before the first
+ *           fetch_submit().
+ */
+void fetch_set_done_hook(struct fetch *f, fetch_done_cb *cb, void *opaque);
 
 /**
  * @brief Take one finished request, waiting at most \p timeout_ms (0 = no wait).

@@ -621,6 +621,8 @@ static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
     struct fetch_result *r = finish_result(f, x, ok, status, category, error);
     if (r->body)
         key_sha256_hex(r->body, r->body_len, r->body_sha256);
+    if (f->done_cb && !r->released)
+        f->done_cb(f->done_opaque, r->opaque, r);
     atomic_fetch_add(ok ? &f->st_completed : &f->st_failed, 1);
     done_push(f, r);
 }
@@ -1632,6 +1634,13 @@ void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque)
     f->retry_opaque = opaque;
 }
 
+/* @locality the pipeline thread, before the first submit */
+void fetch_set_done_hook(struct fetch *f, fetch_done_cb *cb, void *opaque)
+{
+    f->done_cb = cb;
+    f->done_opaque = opaque;
+}
+
 /* @locality any thread (under f->lock) */
 struct fetch_result *fetch_take(struct fetch *f, int timeout_ms)
 {
@@ -1696,5 +1705,7 @@ void fetch_result_destroy(struct fetch_result *r)
     free(r->body);
     free(r->attempt_log);
     sres_free(r->steps, r->n_steps);
+    if (r->prepared && r->prepared_free)
+        r->prepared_free(r->prepared);
     free(r);
 }

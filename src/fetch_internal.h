@@ -145,6 +145,8 @@ struct fetch {
     uint64_t rnd;
     fetch_retry_cb *retry_cb;     /* set before the first submit */
     void *retry_opaque;
+    fetch_done_cb *done_cb;       /* set before the first submit */
+    void *done_opaque;
 
     atomic_uint_fast64_t st_attempts, st_rotations, st_throttled, st_bytes,
         st_completed, st_failed, st_restarts, st_host_waits,
