@@ -332,13 +332,13 @@ s2() {
   in=$(jq -nc --argjson n "$N2" --argjson jb "$FC_JB" --argjson pg "$FC_PAGE" --argjson p $PARTS \
     --argjson c $CONC --argjson mh $MAX_HOST \
     '{jobs: $n, job_bytes: $jb, page_bytes_avg: $pg, partitions: $p, exit: "direct",
-      curl: "\($c) transfers, max \($mh) per host (dedupd fetch.max_inflight, host cap)", store_sync: true}')
+      curl: "\($c) transfers, max \($mh) per host (dedupd fetch.max_inflight, host cap)", store_sync: false}')
   local det
   det=$(jq -nc --argjson s "$FC_STATS" --argjson r "$FC_RES" --argjson c "$FC_CURL" \
     --argjson c64 "$FC_CURL_NOCAP" --argjson j "$rawj" \
     '{dedupd: $s, results_topic: $r, curl: $c, curl_64_nocap: $c64, raw_jobs: $j}')
   row 2a "new-claim path, direct fetch vs bare libcurl multi" "$FC_E2E" "$(jget .requests_per_second "$FC_CURL")" up null \
-    "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench" "$in" "$det"
+    "$(fmt "$FC_E2E") jobs/s end to end, pipeline CPU $(fmt "$(jget .pipeline_cpu_us_per_message "$FC_STATS")") us/job" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench" "$in" "$det"
   row 2b "new-claim path, direct fetch vs raw consumer" "$FC_E2E" "$(jget .messages_per_second "$rawj")" up null \
     "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer" "$in" "$det"
   drop_topics s2
@@ -356,7 +356,7 @@ s3() {
       jq -e . <<<"$tun" >/dev/null 2>&1 || tun=null
     fi
     row $id "through a proxy: $what" "$FC_E2E" "$(jget .requests_per_second "$FC_CURL")" up 0.9 \
-      "$(fmt "$FC_E2E") jobs/s end to end" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench, same exit" \
+      "$(fmt "$FC_E2E") jobs/s end to end, pipeline CPU $(fmt "$(jget .pipeline_cpu_us_per_message "$FC_STATS")") us/job" "$(fmt "$(jget .requests_per_second "$FC_CURL")") req/s curl_multi_bench, same exit" \
       "$(jq -nc --argjson n "$N3" --argjson jb "$FC_JB" --argjson pg "$FC_PAGE" --argjson p $PARTS \
           --arg ex "$ex" --argjson c $CONC --argjson mh $MAX_HOST \
           '{jobs: $n, job_bytes: $jb, page_bytes_avg: $pg, partitions: $p, exit: $ex,
@@ -481,7 +481,7 @@ s6() {
   uniq=$(sort -u "$d/jobs.ndjson" | wc -l)
   submit "$d/jobs.ndjson" "$d/submit.log" >/dev/null
   log "6: shadow run on $N6 jobs ($uniq distinct)"
-  st=$(run_dd "$d/run.log" --shadow)
+  st=$(DEDUPD_STORE__SYNC=true run_dd "$d/run.log" --shadow)
   [ "$(jget .new "$st")" = "$uniq" ] || die "6: expected $uniq new, got: $st"
   rawj=$(raw_drain "$t.jobs")
   local in
