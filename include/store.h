@@ -797,6 +797,19 @@ struct store_index_stats {
 /** @brief Copy the hot index counters (any thread). */
 void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
+/**
+ * @brief Wait until the hot index's rebuild from the ops column family
+ *        (started by store_open) is over, at most \p timeout_ms.  Until it
+ *        is, a duplicate whose op the rebuild has not reached yet takes the
+ *        full path (DESIGN.md section 2, the fast path), about ten times the
+ *        cost: a replay storm right after a restart would run at that cost.
+ * @returns true when the rebuild is over (store_index_stats.complete then
+ *          says whether a miss proves absence: not when the index hit its
+ *          bound), false at the timeout (still rebuilding).
+ * @locality any thread; sleeps in steps of 10 ms.
+ */
+bool store_index_wait(struct store *store, int64_t timeout_ms);
+
 /* ---- receipts of the submit API (CF "receipts") ---------------------------
  *
  * A receipt is pending while its submit can be in flight (pending_ms from

@@ -210,6 +210,10 @@ bool store_index_disable(struct store_index *ix);
 void store_index_rebuild_end(struct store_index *ix, bool lossy,
                              int64_t horizon_ms, bool shrink);
 
+/** @returns whether the rebuild is still running (not ended, index not
+ *  off).  @locality any thread. */
+bool store_index_rebuilding(struct store_index *ix);
+
 /** @returns whether a miss proves absence (rebuilt, never lossy nor off). */
 bool store_index_complete(struct store_index *ix);
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "key.h"
 #include "log.h"
@@ -1712,6 +1713,18 @@ bool store_index_duplicate(struct store *s, const char *op_id,
 void store_index_stats_get(struct store *s, struct store_index_stats *st)
 {
     store_index_stats_fill(s->idx, st);
+}
+
+bool store_index_wait(struct store *s, int64_t timeout_ms)
+{
+    int64_t end = dd_now_ms() + timeout_ms;
+    while (store_index_rebuilding(s->idx)) {
+        if (dd_now_ms() >= end)
+            return false;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 /* ---------------------------------------------------------------------- */

@@ -197,6 +197,11 @@ static struct idx_seg *idx_seg_of(struct store_index *ix,
     return &ix->seg[store_index_segment(k)];
 }
 
+bool store_index_rebuilding(struct store_index *ix)
+{
+    return !atomic_load(&ix->done) && !atomic_load(&ix->off);
+}
+
 bool store_index_complete(struct store_index *ix)
 {
     return atomic_load(&ix->done) && !atomic_load(&ix->lossy)
