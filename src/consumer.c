@@ -1987,38 +1987,3 @@ void consumer_handles_close(struct consumer_handles *h)
     h->eos_marker = NULL;
 }
 
-void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
-{
-    double secs = st->last_msg_ms > st->first_msg_ms
-                      ? (double)(st->last_msg_ms - st->first_msg_ms) / 1000.0
-                      : 0.0;
-    fprintf(fp,
-            "{\"consumed\":%llu,\"new\":%llu,\"reclaimed\":%llu,"
-            "\"duplicates\":%llu,\"duplicates_inflight\":%llu,"
-            "\"conflicts\":%llu,\"conflicts_reported\":%llu,\"invalid\":%llu,"
-            "\"misrouted\":%llu,\"results\":%llu,\"failed\":%llu,"
-            "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
-            "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
-            "\"single_flight\":%llu,\"not_modified\":%llu,"
-            "\"seconds\":%.3f,\"messages_per_second\":%.1f,"
-            "\"pipeline_cpu_seconds\":%.3f,"
-            "\"pipeline_cpu_us_per_message\":%.1f}\n",
-            (unsigned long long)st->consumed, (unsigned long long)st->new_ops,
-            (unsigned long long)st->reclaimed,
-            (unsigned long long)st->duplicates,
-            (unsigned long long)st->duplicates_inflight,
-            (unsigned long long)st->conflicts,
-            (unsigned long long)st->conflicts_reported,
-            (unsigned long long)st->invalid, (unsigned long long)st->misrouted,
-            (unsigned long long)st->results, (unsigned long long)st->failed,
-            (unsigned long long)st->replayed_outbox,
-            (unsigned long long)st->fast_path,
-            (unsigned long long)st->fetch_attempts,
-            (unsigned long long)st->rotations,
-            (unsigned long long)st->throttled, (unsigned long long)st->bytes,
-            (unsigned long long)st->single_flight,
-            (unsigned long long)st->not_modified, secs,
-            secs > 0 ? (double)st->consumed / secs : 0.0, st->pipeline_cpu_s,
-            st->consumed ? st->pipeline_cpu_s * 1e6 / (double)st->consumed
-                         : 0.0);
-}
