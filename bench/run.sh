@@ -361,7 +361,7 @@ s3() {
           --arg ex "$ex" --argjson c $CONC --argjson mh $MAX_HOST \
           '{jobs: $n, job_bytes: $jb, page_bytes_avg: $pg, partitions: $p, exit: $ex,
             proxy_mode: (if ($ex | startswith("http")) then "forward (http:// URLs, no CONNECT: as dedupd sends them)" else "socks5h" end),
-            curl: "\($c) transfers, max \($mh) per host"}')" \
+            curl: "\($c) transfers, max \($mh) per host", store_sync: false}')" \
       "$(jq -nc --argjson s "$FC_STATS" --argjson r "$FC_RES" --argjson c "$FC_CURL" \
           --argjson c64 "$FC_CURL_NOCAP" --argjson tun "$tun" \
           '{dedupd: $s, results_topic: $r, curl: $c, curl_64_nocap: $c64, curl_connect_tunnel: $tun}')"

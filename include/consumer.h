@@ -73,9 +73,13 @@ struct consumer_stats {
     uint64_t not_modified;  /**< 304s answered from the stored body */
     int64_t first_msg_ms, last_msg_ms;
     double pipeline_cpu_s;  /**< CPU time (user + system, seconds) of the
-                                 thread that ran consumer_run, start-up
-                                 (outbox replay) and close included:
-                                 CLOCK_THREAD_CPUTIME_ID, clock_gettime(3);
+                                 thread that ran consumer_run since that
+                                 thread started (dedupd run: the main
+                                 thread, so the configuration, the store's
+                                 open and the restore are in it, and an
+                                 in-process restart's earlier runs), taken
+                                 at the run's end: CLOCK_THREAD_CPUTIME_ID,
+                                 clock_gettime(3);
                                  libcurl's transfers (the fetch engine's
                                  thread) and librdkafka's threads excluded */
 };

@@ -353,8 +353,9 @@ typedef void(fetch_retry_cb)(void *hook_opaque, void *req_opaque,
 void fetch_set_retry_hook(struct fetch *f, fetch_retry_cb *cb, void *opaque);
 
 /**
- * Done hook: called on the engine thread with each final result that is not
- * released (fetch_result.released), after its body_sha256 is set and before
+ * Done hook: called on the engine thread with each final result of a
+ * request not released (fetch_release: its result is dropped), canceled
+ * ones at shutdown included, after its body_sha256 is set and before
  * fetch_take can return it, so work on the result (the consumer encodes it)
  * runs beside the taker's thread instead of on it (issue 13).  It may set
  * r->prepared and r->prepared_free and must not change anything else of

@@ -799,7 +799,9 @@ void store_index_stats_get(struct store *store, struct store_index_stats *st);
 
 /**
  * @brief Wait until the hot index's rebuild from the ops column family
- *        (started by store_open) is over, at most \p timeout_ms.  Until it
+ *        (started by store_open) is over, or can no longer make the index
+ *        complete (it reached store_conf.index_max_bytes), at most
+ *        \p timeout_ms.  Until it
  *        is, a duplicate whose op the rebuild has not reached yet takes the
  *        full path (DESIGN.md section 2, the fast path), about ten times the
  *        cost: a replay storm right after a restart would run at that cost.

@@ -210,8 +210,9 @@ bool store_index_disable(struct store_index *ix);
 void store_index_rebuild_end(struct store_index *ix, bool lossy,
                              int64_t horizon_ms, bool shrink);
 
-/** @returns whether the rebuild is still running (not ended, index not
- *  off).  @locality any thread. */
+/** @returns whether the rebuild is still running and can still make the
+ *  index complete (not ended, not off, not lossy: at its bound the rest of
+ *  the rebuild adds nothing).  @locality any thread. */
 bool store_index_rebuilding(struct store_index *ix);
 
 /** @returns whether a miss proves absence (rebuilt, never lossy nor off). */

@@ -31,10 +31,10 @@
 
 #define DRAIN_CHECK_MS 50 /* how often a drain looks for retry waits */
 #define STOP_DRAIN_MS 2000 /* a stop's revoke, after shutdown.grace_ms */
-/* An assignment waits this long at most for the hot index's rebuild; well
- * inside max.poll.interval.ms (300 s by default): the wait runs in the
- * rebalance callback, like the restore.  A 10M-op store rebuilds in about
- * 20 s here (1M: 2.2 s, bench row 1's log). */
+/* An assignment waits this long at most for the hot index's rebuild (a
+ * 10M-op store rebuilds in about 20 s here; 1M: 2.2 s, bench row 1's log),
+ * and never past rebalance.grace_ms (below max.poll.interval.ms, checked at
+ * start-up: the wait runs in the rebalance callback, like the restore). */
 #define INDEX_WAIT_MS 120000
 
 
@@ -150,26 +150,40 @@ static void assign_committed(struct pipeline *pl, rd_kafka_t *rk,
  * the local store (store_open) is over, so a redelivered job of an op the
  * rebuild had not reached yet does not take the full path (issue 13: a
  * replay storm right after a restart; the rebuild runs at about 450k ops/s,
- * a group join takes seconds, so only stores of a few million ops wait). */
-static void assign_index_wait(struct pipeline *pl)
+ * a group join takes seconds, so only stores of a few million ops wait).
+ * Runs before the restore produces anything (under exactly_once nothing of
+ * the open transaction waits on it, and the wait stays under half its
+ * timeout too); a stop ends it. */
+static void assign_index_wait(struct pipeline *pl, size_t n)
 {
     int64_t t0 = dd_now_ms();
-    if (store_index_wait(pl->store, 0))
+    if (!n || store_index_wait(pl->store, 0))
         return;
+    int64_t bound = INDEX_WAIT_MS;
+    if (pl->cfg->rebalance_grace_ms < bound)
+        bound = pl->cfg->rebalance_grace_ms;
+    if (pl->eos && pl->cfg->processing_transaction_timeout_ms / 2 < bound)
+        bound = pl->cfg->processing_transaction_timeout_ms / 2;
     log_msg(LOG_INFO, "consumer", "waiting for the hot index (rebuilt from "
-            "the local store) before consuming");
-    bool over = store_index_wait(pl->store, INDEX_WAIT_MS);
+            "the local store) before consuming, at most %lld ms",
+            (long long)bound);
+    bool over = false;
+    while (!(over = store_index_wait(pl->store, 100)) && *pl->opts->run &&
+           dd_now_ms() - t0 < bound)
+        ;
     struct store_index_stats is;
     store_index_stats_get(pl->store, &is);
     if (over)
         log_msg(LOG_INFO, "consumer", "hot index rebuilt after %lld ms "
-                "waited: %llu op_ids", (long long)(dd_now_ms() - t0),
-                (unsigned long long)is.entries);
+                "waited: %llu op_ids%s", (long long)(dd_now_ms() - t0),
+                (unsigned long long)is.entries,
+                is.complete ? "" : " (at its bound: a cache only)");
     else
         log_msg(LOG_WARNING, "consumer", "hot index still rebuilding after "
-                "%d ms (%llu op_ids so far): consuming; until it is done a "
+                "%lld ms (%llu op_ids so far): consuming; until it is done a "
                 "duplicate it has not reached takes the full path",
-                INDEX_WAIT_MS, (unsigned long long)is.entries);
+                (long long)(dd_now_ms() - t0),
+                (unsigned long long)is.entries);
 }
 
 static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
@@ -182,12 +196,11 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
     log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
     rd_kafka_assign(rk, parts);
     metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, (int64_t)n);
+    assign_index_wait(pl, n);
     if (pl->eos)
         assign_committed(pl, rk, parts);
     if (pl->restorer && !pl->fatal)
         assign_restore(pl, ids, n);
-    if (!pl->fatal)
-        assign_index_wait(pl);
     if (plan.ready && !pl->fatal) {
         pl->restored_once = true;
         if (pl->api)

@@ -618,10 +618,11 @@ static struct fetch_result *finish_result(struct fetch *f, struct xfer *x,
 static void finish(struct fetch *f, struct xfer *x, bool ok, long status,
                    const char *category, const char *error)
 {
+    bool released = x->released; /* finish_result frees x */
     struct fetch_result *r = finish_result(f, x, ok, status, category, error);
     if (r->body)
         key_sha256_hex(r->body, r->body_len, r->body_sha256);
-    if (f->done_cb && !r->released)
+    if (f->done_cb && !released)
         f->done_cb(f->done_opaque, r->opaque, r);
     atomic_fetch_add(ok ? &f->st_completed : &f->st_failed, 1);
     done_push(f, r);

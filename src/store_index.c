@@ -199,7 +199,8 @@ static struct idx_seg *idx_seg_of(struct store_index *ix,
 
 bool store_index_rebuilding(struct store_index *ix)
 {
-    return !atomic_load(&ix->done) && !atomic_load(&ix->off);
+    return !atomic_load(&ix->done) && !atomic_load(&ix->off) &&
+           !atomic_load(&ix->lossy);
 }
 
 bool store_index_complete(struct store_index *ix)

@@ -722,6 +722,59 @@ START_TEST(test_release_running_completes)
 }
 END_TEST
 
+/* The done hook (fetch_set_done_hook): once per final result, on the
+ * engine thread, after body_sha256; never for a request released while its
+ * transfer ran (its result is dropped); what it prepares is freed with the
+ * result. */
+static atomic_int g_done_calls, g_prep_frees;
+static void *_Atomic g_done_last;
+static char g_done_sha[65];
+
+static void prep_free(void *p)
+{
+    atomic_fetch_add(&g_prep_frees, 1);
+    free(p);
+}
+
+static void done_hook(void *hook, void *opaque, struct fetch_result *r)
+{
+    (void)hook;
+    memcpy(g_done_sha, r->body_sha256, sizeof(g_done_sha));
+    r->prepared = malloc(8);
+    r->prepared_free = prep_free;
+    g_done_last = opaque;
+    atomic_fetch_add(&g_done_calls, 1);
+}
+
+START_TEST(test_done_hook)
+{
+    engine_start("DEDUPD_FETCH__PER_HOST_MAX_INFLIGHT=1");
+    fetch_set_done_hook(g_f, done_hook, NULL);
+    void *a = (void *)0x301, *c = (void *)0x302;
+    submit_op("/slow?op=dh1", ms_now() + 10000, 0, a);
+    wait_log("GET /slow?op=dh1", 1); /* a's transfer is in progress */
+    fetch_release(g_f, a);
+    struct fetch_result *ra = wait_one();
+    ck_assert_ptr_eq(ra->opaque, a);
+    ck_assert_int_eq(atomic_load(&g_done_calls), 0); /* released: skipped */
+    ck_assert_ptr_null(ra->prepared);
+    fetch_result_destroy(ra);
+    submit_op("/plain?op=dh2", ms_now() + 10000, 0, c);
+    struct fetch_result *rc = wait_one();
+    ck_assert_ptr_eq(rc->opaque, c);
+    ck_assert_int_eq(atomic_load(&g_done_calls), 1);
+    ck_assert_ptr_eq(g_done_last, c);
+    ck_assert_ptr_nonnull(rc->prepared);
+    ck_assert_str_eq(g_done_sha, rc->body_sha256); /* set before the hook */
+    ck_assert_str_eq(rc->body_sha256,
+                     "2689367b205c16ce32ed4200942b8b8b1e262dfc70d9bc9fbc77c49699a4f1df");
+    ck_assert_int_eq(atomic_load(&g_prep_frees), 0);
+    fetch_result_destroy(rc);
+    ck_assert_int_eq(atomic_load(&g_prep_frees), 1);
+    engine_stop();
+}
+END_TEST
+
 START_TEST(test_release_running_retryable)
 {
     /* (3) released while its attempt runs, the attempt fails retryably (a
@@ -854,6 +907,7 @@ Suite *fetch_engine_suite(void)
     tcase_add_test(te, test_deadline_after_retry_after_waits_it_out);
     tcase_add_test(te, test_release_waiting_retry_after);
     tcase_add_test(te, test_release_running_completes);
+    tcase_add_test(te, test_done_hook);
     tcase_add_test(te, test_release_running_retryable);
     tcase_add_test(te, test_release_unknown_harmless);
     tcase_add_test(te, test_release_workflow_between_steps);
