@@ -1712,6 +1712,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
         consumer_shadow_flush(pl);
         consumer_release_durable(pl);
         consumer_flush_offsets(pl);
+        consumer_checkpoint_flush(pl, false);
         consumer_txn_tick(pl);
         if (!stopping && idle_exit(pl))
             return DD_OK;
@@ -1774,6 +1775,8 @@ static void pipeline_fini(struct pipeline *pl)
     free(pl->sfmap);
     free(pl->identity);
     free(pl->shadow_pending);
+    free(pl->clog_next);
+    free(pl->clog_dirty);
     while (pl->blocked) {
         struct blocked *b = pl->blocked;
         pl->blocked = b->next;

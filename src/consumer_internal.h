@@ -188,6 +188,18 @@ struct pipeline {
     char *identity;                      /* the identity record's value */
     struct changelog_restorer *restorer;
     bool restored_once;   /* the start-up restore is done (readiness) */
+    /* per changelog partition (clinfo.partitions, allocated at the first
+     * assignment): the offset after the last of this instance's own records
+     * acknowledged one after the other since the partition's restore ended,
+     * which the local copy therefore reflects (each is written locally
+     * before it is produced); -1 when not followed (not assigned,
+     * exactly_once: transaction markers take offsets, or a record not ours
+     * came in between).  Written as the partition's checkpoint at most
+     * every CHECKPOINT_EVERY_MS and at a revoke, so a restart with the
+     * local store restores only what it does not hold */
+    int64_t *clog_next;
+    bool *clog_dirty;
+    int64_t clog_written_ms;
     bool paused;          /* backpressure: the assigned partitions are
                              paused (consumer_backpressure) */
     int64_t paused_at_ms;
@@ -268,6 +280,16 @@ void consumer_op_free(struct opctx *o);
 void consumer_released_free(struct pipeline *pl, struct opctx *o);
 
 /* ---- consumer_rebalance.c ------------------------------------------------- */
+
+/* A changelog record of this instance was acknowledged at \p offset of
+ * \p partition: the partition's checkpoint may follow (pipeline.clog_next). */
+void consumer_checkpoint_acked(struct pipeline *pl, int32_t partition,
+                               int64_t offset);
+
+/* Write the checkpoints that moved (all of them when \p force, else at most
+ * every CHECKPOINT_EVERY_MS); a failed write stops following the partition
+ * (logged: the next restore reads more, nothing is lost). */
+void consumer_checkpoint_flush(struct pipeline *pl, bool force);
 
 /* librdkafka's rebalance callback (eager assignors; the conf opaque is the
  * struct consumer).  @locality pipeline thread (inside

@@ -316,8 +316,6 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
 {
     struct outmsg *m = opaque;
     struct pipeline *pl = m->pl;
-    (void)partition;
-    (void)offset;
     pl->pending_out--;
     if (pl->closing) { /* the end of the run: freed with the retry list */
         out_retry_later(pl, m, 0);
@@ -387,6 +385,7 @@ void consumer_out_dr(void *opaque, dd_err_t err, const char *errtext,
         break;
     case OUT_CHANGELOG:
         metrics_add(METRICS_CHANGELOG_RECORDS, 1);
+        consumer_checkpoint_acked(pl, partition, offset);
         changelog_acked(pl, m->seq, m->op_id, m->op, m->msg);
         break;
     case OUT_REROUTE:

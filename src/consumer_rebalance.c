@@ -36,6 +36,7 @@
  * and never past rebalance.grace_ms (below max.poll.interval.ms, checked at
  * start-up: the wait runs in the rebalance callback, like the restore). */
 #define INDEX_WAIT_MS 120000
+#define CHECKPOINT_EVERY_MS 1000 /* a moved checkpoint is written this often */
 
 
 /* The partition ids of \p parts (librdkafka's list) for partitions.h. */
@@ -89,6 +90,88 @@ void consumer_backpressure(struct pipeline *pl, bool on)
                 "backpressure over after %lld ms: partitions resumed",
                 (long long)(dd_now_ms() - pl->paused_at_ms));
     }
+}
+
+/* ---- checkpoints of the owner's own records ------------------------------- */
+
+/* Follow \p ids from where their restore ended (the checkpoint it wrote).
+ * Not under exactly_once (commit markers take offsets between records). */
+static void checkpoint_follow(struct pipeline *pl, const int32_t *ids,
+                              size_t n)
+{
+    size_t np = pl->clinfo.partitions > 0 ? (size_t)pl->clinfo.partitions : 0;
+    if (pl->eos || !np)
+        return;
+    if (!pl->clog_next) {
+        pl->clog_next = dd_xmalloc(np * sizeof(*pl->clog_next), "checkpoints");
+        pl->clog_dirty = dd_xcalloc(np, sizeof(*pl->clog_dirty), "checkpoints");
+        for (size_t i = 0; i < np; i++)
+            pl->clog_next[i] = -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (size_t)ids[i] >= np)
+            continue;
+        int64_t off = -1, at = 0;
+        bool found = false;
+        char e[DD_ERRSTR_SIZE];
+        if (store_checkpoint_get(pl->store, ids[i], &off, &at, &found, e,
+                                 sizeof(e)) || !found)
+            off = -1;
+        pl->clog_next[ids[i]] = off;
+        pl->clog_dirty[ids[i]] = false;
+    }
+}
+
+void consumer_checkpoint_acked(struct pipeline *pl, int32_t partition,
+                               int64_t offset)
+{
+    if (!pl->clog_next || partition < 0 ||
+        partition >= pl->clinfo.partitions || pl->clog_next[partition] < 0)
+        return;
+    if (offset == pl->clog_next[partition]) {
+        pl->clog_next[partition] = offset + 1;
+        pl->clog_dirty[partition] = true;
+    } else { /* another writer's record in between: stop here */
+        consumer_checkpoint_flush(pl, true);
+        pl->clog_next[partition] = -1;
+    }
+}
+
+void consumer_checkpoint_flush(struct pipeline *pl, bool force)
+{
+    int64_t now = dd_now_ms();
+    if (!pl->clog_next || (!force && now - pl->clog_written_ms <
+                                         CHECKPOINT_EVERY_MS))
+        return;
+    pl->clog_written_ms = now;
+    for (int32_t p = 0; p < pl->clinfo.partitions; p++) {
+        if (!pl->clog_dirty[p] || pl->clog_next[p] < 0)
+            continue;
+        pl->clog_dirty[p] = false;
+        char e[DD_ERRSTR_SIZE];
+        if (store_checkpoint_put(pl->store, p, pl->clog_next[p], now, e,
+                                 sizeof(e))) {
+            log_msg(LOG_WARNING, "store", "checkpoint of changelog partition "
+                    "%d: %s (its next restore reads from the last one)",
+                    (int)p, e);
+            pl->clog_next[p] = -1;
+        }
+    }
+}
+
+/* \p ids are no longer this instance's: their checkpoints are written
+ * (unless \p lost: another member may be writing already) and no longer
+ * followed. */
+static void checkpoint_unfollow(struct pipeline *pl, const int32_t *ids,
+                                size_t n, bool lost)
+{
+    if (!pl->clog_next)
+        return;
+    if (!lost)
+        consumer_checkpoint_flush(pl, true);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < pl->clinfo.partitions)
+            pl->clog_next[ids[i]] = -1;
 }
 
 /* ---- assign ---------------------------------------------------------------- */
@@ -199,8 +282,10 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
     assign_index_wait(pl, n);
     if (pl->eos)
         assign_committed(pl, rk, parts);
-    if (pl->restorer && !pl->fatal)
+    if (pl->restorer && !pl->fatal) {
         assign_restore(pl, ids, n);
+        checkpoint_follow(pl, ids, n);
+    }
     if (plan.ready && !pl->fatal) {
         pl->restored_once = true;
         if (pl->api)
@@ -380,6 +465,7 @@ static void on_revoke(struct pipeline *pl, rd_kafka_t *rk,
         partitions_revoke(pl->parts, ids, n, &plan);
     if (plan.n_store)
         consumer_offsets_store(pl, plan.store, plan.n_store);
+    checkpoint_unfollow(pl, ids, n, lost);
     if (pl->eos && lost) /* its offsets would be refused (KIP-447) */
         consumer_txn_fail(pl, "assignment lost");
     else if (pl->eos && plan.commit && !hurried(pl))

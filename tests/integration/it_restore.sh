@@ -8,7 +8,9 @@
 #      dedupd started again and fed two copies of each: 0 origin requests;
 #   2. the same after kill -9 (the store deleted again): M other jobs fetched
 #      (their results acknowledged), kill -9, store deleted, copies: 0 origin
-#      requests.
+#      requests;
+#   3. K other jobs, then a restart on the same store: its restore reads 0
+#      changelog records (the owner's checkpoints followed its own records).
 # Counted from nginx's access log (this test's ?t= tag).
 source "$(dirname "$0")/lib.sh"
 export DEDUPD_FETCH__MAX_INFLIGHT=16
@@ -89,8 +91,29 @@ expect_eq "$(origin_200s "$mark")" $M "origin fetches before the kill"
 replaced_pod b $M "after kill -9 and an empty store" "kill -9 + empty store" \
   ", and the originals again if their offsets were not committed"
 
+# ---- 3. a restart with the local store kept ---------------------------------
+# The owner's own records (claims, completions, the identity record) advance
+# its checkpoints as they are acknowledged one after the other, so a restart
+# on the same store restores nothing it already holds (before: every record
+# written since the last assignment was read again).
+K=20
+awk -v n=$K '/\.html$/ && k++ >= 200 && k <= 200 + n' "$ORIGIN_PAGES" | sed "s|\$|?t=$T\&r=3|" | jq -Rc '{url: .}' > "$WORK/c.ndjson"
+submit "$WORK/c.ndjson" > /dev/null
+mark=$(log_mark)
+stats=$(run_until_idle)
+expect_eq "$(jq .new <<<"$stats")" $K "new ops of the run before the restart"
+expect_eq "$(origin_200s "$mark")" $K "origin fetches before the restart"
+restores() { grep -c '"restored ' "$WORK/run.log"; }
+before=$(restores)
+stats=$(run_until_idle)
+expect_eq "$(restores)" $((before + 1)) "restore lines of the restart"
+line=$(grep '"restored ' "$WORK/run.log" | tail -n 1 | jq -r .message)
+echo "restart: $line"
+expect_eq "$(sed -E 's/.*: ([0-9]+) records .*/\1/' <<<"$line")" 0 \
+  "changelog records read again by a restart on its own store"
+
 # Downstream: one result per logical job, under its event_key.
 topic_dump "$T.results" | jq -r '.payload | fromjson | "\(.op_id) \(.event_key)"' | sort -u > "$WORK/keys"
-expect_eq "$(awk '{print $1}' "$WORK/keys" | sort -u | wc -l)" $((N + M)) "logical jobs with a result"
-expect_eq "$(wc -l < "$WORK/keys")" $((N + M)) "distinct (op_id, event_key) pairs on the results topic"
+expect_eq "$(awk '{print $1}' "$WORK/keys" | sort -u | wc -l)" $((N + M + K)) "logical jobs with a result"
+expect_eq "$(wc -l < "$WORK/keys")" $((N + M + K)) "distinct (op_id, event_key) pairs on the results topic"
 (( ${#failures[@]} == 0 )) || fail "$(printf '%s; ' "${failures[@]}")"
