@@ -1009,6 +1009,27 @@ dd_err_t store_checkpoint_put(struct store *store, int32_t partition,
                               int64_t offset, int64_t taken_at_ms,
                               char *errstr, size_t errstr_size) DD_WUR;
 
+/**
+ * @brief Read the identity record (changelog.h: changelog_identity_value)
+ *        this copy was last checked against for changelog \p topic (meta
+ *        "identity/<topic>").  A restart whose restore reads nothing (its
+ *        checkpoints at the log's end) checks its settings against it.
+ * @param value  Out: malloc'd bytes (the caller frees), NULL when absent.
+ * @returns DD_OK (*found says whether there is one); DD_ERR_IO.
+ */
+dd_err_t store_identity_get(struct store *store, const char *topic,
+                            char **value, size_t *len, bool *found,
+                            char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Write the identity record checked for \p topic (see
+ *        store_identity_get()).
+ * @returns DD_OK; DD_ERR_IO.
+ */
+dd_err_t store_identity_put(struct store *store, const char *topic,
+                            const void *value, size_t len, char *errstr,
+                            size_t errstr_size) DD_WUR;
+
 /** @brief Compact every column family over its whole range, which runs the TTL
  *        compaction filter (tests, maintenance).
  */

@@ -286,6 +286,11 @@ void consumer_released_free(struct pipeline *pl, struct opctx *o);
 void consumer_checkpoint_acked(struct pipeline *pl, int32_t partition,
                                int64_t offset);
 
+/* Stop following \p partition (logged with \p why): a record of it may not
+ * be reflected locally (a local write behind it failed). */
+void consumer_checkpoint_stop(struct pipeline *pl, int32_t partition,
+                              const char *why);
+
 /* Write the checkpoints that moved (all of them when \p force, else at most
  * every CHECKPOINT_EVERY_MS); a failed write stops following the partition
  * (logged: the next restore reads more, nothing is lost). */

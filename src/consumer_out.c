@@ -283,8 +283,12 @@ static void out_conflict_acked(struct pipeline *pl, struct outmsg *m)
     metrics_add(METRICS_CONFLICTS_REPORTED, 1);
     bool first;
     if (store_conflict_mark(pl->store, m->op_id, m->hash, dd_now_ms(), &first,
-                            e, sizeof(e)))
+                            e, sizeof(e))) {
         log_msg(LOG_ERR, "store", "%s", e);
+        /* its record goes out anyway: a restore must read it back */
+        consumer_checkpoint_stop(pl, m->msg->m.partition,
+                                 "a conflict mark was not written locally");
+    }
     struct outmsg **pp = &pl->conflicts_inflight;
     while (*pp && *pp != m)
         pp = &(*pp)->next_conflict;

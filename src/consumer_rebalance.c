@@ -131,10 +131,25 @@ void consumer_checkpoint_acked(struct pipeline *pl, int32_t partition,
     if (offset == pl->clog_next[partition]) {
         pl->clog_next[partition] = offset + 1;
         pl->clog_dirty[partition] = true;
-    } else { /* another writer's record in between: stop here */
-        consumer_checkpoint_flush(pl, true);
-        pl->clog_next[partition] = -1;
-    }
+    } else if (offset > pl->clog_next[partition]) {
+        /* another writer's record in between (a zombie's), or one of ours
+         * re-sent: stop here */
+        consumer_checkpoint_stop(pl, partition, "a record not acknowledged "
+                                 "to this instance came in between");
+    } /* below: before the restore's end, which covered it */
+}
+
+void consumer_checkpoint_stop(struct pipeline *pl, int32_t partition,
+                              const char *why)
+{
+    if (!pl->clog_next || partition < 0 ||
+        partition >= pl->clinfo.partitions || pl->clog_next[partition] < 0)
+        return;
+    consumer_checkpoint_flush(pl, true);
+    log_msg(LOG_INFO, "consumer", "changelog partition %d: its checkpoint "
+            "stays at %lld until the next assignment: %s", (int)partition,
+            (long long)pl->clog_next[partition], why);
+    pl->clog_next[partition] = -1;
 }
 
 void consumer_checkpoint_flush(struct pipeline *pl, bool force)
@@ -188,6 +203,28 @@ static void assign_restore(struct pipeline *pl, const int32_t *ids, size_t n)
         pl->fatal = err == DD_ERR_INVAL ? DD_ERR_INVAL : DD_ERR_FATAL;
         dd_errstr_set(pl->fatal_msg, sizeof(pl->fatal_msg),
                       "restore of the changelog %s: %s", pl->changelog, e);
+        log_msg(LOG_CRIT, "restore", "%s", pl->fatal_msg);
+        return;
+    }
+    /* the identity this copy was last checked against: a restart whose
+     * checkpoints follow its own records (consumer_checkpoint_acked) reads
+     * no identity record back, so it is checked here */
+    char *stored = NULL;
+    size_t len = 0;
+    bool found = false;
+    err = store_identity_get(pl->store, pl->changelog, &stored, &len, &found,
+                             e, sizeof(e));
+    if (!err && found)
+        err = changelog_identity_check(pl->cfg, stored, len, e, sizeof(e));
+    free(stored);
+    if (!err)
+        err = store_identity_put(pl->store, pl->changelog, pl->identity,
+                                 strlen(pl->identity), e, sizeof(e));
+    if (err) {
+        pl->fatal = err == DD_ERR_INVAL ? DD_ERR_INVAL : DD_ERR_FATAL;
+        dd_errstr_set(pl->fatal_msg, sizeof(pl->fatal_msg),
+                      "the local store's identity record for %s: %s",
+                      pl->changelog, e);
         log_msg(LOG_CRIT, "restore", "%s", pl->fatal_msg);
         return;
     }

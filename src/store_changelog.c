@@ -470,3 +470,52 @@ dd_err_t store_checkpoint_put(struct store *s, int32_t partition,
                                 errstr_size);
     return DD_OK;
 }
+
+/* meta "identity/<changelog topic>" */
+static size_t identity_key(const char *topic, char *key, size_t size)
+{
+    int n = snprintf(key, size, "identity/%s", topic);
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
+dd_err_t store_identity_get(struct store *s, const char *topic, char **value,
+                            size_t *len, bool *found, char *errstr,
+                            size_t errstr_size)
+{
+    char key[300];
+    size_t klen = identity_key(topic, key, sizeof(key));
+    char *rerr = NULL;
+    size_t vlen = 0;
+    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen,
+                               &vlen, &rerr);
+    *value = NULL;
+    *len = 0;
+    *found = false;
+    if (rerr)
+        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
+                              errstr_size);
+    if (!val)
+        return DD_OK;
+    *value = dd_xmalloc(vlen + 1, "identity record");
+    memcpy(*value, val, vlen);
+    (*value)[vlen] = '\0';
+    *len = vlen;
+    *found = true;
+    rocksdb_free(val);
+    return DD_OK;
+}
+
+dd_err_t store_identity_put(struct store *s, const char *topic,
+                            const void *value, size_t len, char *errstr,
+                            size_t errstr_size)
+{
+    char key[300];
+    size_t klen = identity_key(topic, key, sizeof(key));
+    char *rerr = NULL;
+    rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
+                   (const char *)value, len, &rerr);
+    if (rerr)
+        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
+                                errstr_size);
+    return DD_OK;
+}

@@ -10,7 +10,9 @@
 #      (their results acknowledged), kill -9, store deleted, copies: 0 origin
 #      requests;
 #   3. K other jobs, then a restart on the same store: its restore reads 0
-#      changelog records (the owner's checkpoints followed its own records).
+#      changelog records (the owner's checkpoints followed its own records),
+#      the K jobs sent again are not fetched again, and a restart with other
+#      identity settings still exits 2 (checked against the store's copy).
 # Counted from nginx's access log (this test's ?t= tag).
 source "$(dirname "$0")/lib.sh"
 export DEDUPD_FETCH__MAX_INFLIGHT=16
@@ -111,6 +113,20 @@ line=$(grep '"restored ' "$WORK/run.log" | tail -n 1 | jq -r .message)
 echo "restart: $line"
 expect_eq "$(sed -E 's/.*: ([0-9]+) records .*/\1/' <<<"$line")" 0 \
   "changelog records read again by a restart on its own store"
+# what it did not read back it holds: the K jobs again are duplicates
+submit "$WORK/c.ndjson" > /dev/null
+mark=$(log_mark)
+stats=$(run_until_idle)
+expect_eq "$(jq .new <<<"$stats")" 0 "new ops among the K jobs sent again"
+expect_eq "$(origin_200s "$mark")" 0 "origin fetches of the K jobs sent again"
+# and a restart that reads nothing still checks the identity settings (the
+# store keeps the identity record it was checked against)
+rc=0
+DEDUPD_IDENTITY__VARIANCE_HEADERS=accept,accept-language,user-agent \
+  "$DEDUPD" run -c "$CFG" --exit-when-idle 2500 2>"$WORK/identity.log" >/dev/null || rc=$?
+expect_eq "$rc" 2 "exit status of a restart with other identity.variance_headers"
+grep -q 'identity.variance_headers' "$WORK/identity.log" ||
+  fail "the refusal does not name identity.variance_headers: $(grep -v '"info"' "$WORK/identity.log" | tail -n 3)"
 
 # Downstream: one result per logical job, under its event_key.
 topic_dump "$T.results" | jq -r '.payload | fromjson | "\(.op_id) \(.event_key)"' | sort -u > "$WORK/keys"
