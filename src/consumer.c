@@ -976,8 +976,6 @@ void consumer_shadow_flush(struct pipeline *pl)
     struct store_complete_req *req =
         dd_xcalloc(n, sizeof(*req), "shadow batch");
     struct opctx **ops = dd_xcalloc(n, sizeof(*ops), "shadow batch");
-    char **v = dd_xcalloc(n, sizeof(*v), "shadow batch");
-    size_t *vlen = dd_xcalloc(n, sizeof(*vlen), "shadow batch");
     unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
                                      "shadow batch");
     size_t k = 0;
@@ -1001,8 +999,6 @@ void consumer_shadow_flush(struct pipeline *pl)
             continue;
         }
         ops[k] = o;
-        v[k] = val;
-        vlen[k] = len;
         req[k] = (struct store_complete_req){
             .op_id = o->op_id,
             .generation = o->generation,
@@ -1021,14 +1017,12 @@ void consumer_shadow_flush(struct pipeline *pl)
     if (k && store_complete_batch(pl->store, req, k, dd_now_ms(), e,
                                   sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", k, e);
-    for (size_t i = 0; i < k; i++) {
-        completed(pl, ops[i], &req[i], v[i], vlen[i]);
-        free(v[i]);
+    for (size_t i = 0; i < k; i++) { /* req[i].value: the result, ours */
+        completed(pl, ops[i], &req[i], req[i].value, req[i].value_len);
+        free((void *)req[i].value);
     }
     free(req);
     free(ops);
-    free(v);
-    free(vlen);
     free(clog);
 }
 

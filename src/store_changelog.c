@@ -414,6 +414,39 @@ dd_err_t store_restore_apply(struct store *s,
     return err;
 }
 
+/* A meta record: *val (rocksdb_free) or NULL when absent. */
+static dd_err_t meta_get(struct store *s, const char *key, size_t klen,
+                         char **val, size_t *vlen, char *errstr,
+                         size_t errstr_size)
+{
+    char *rerr = NULL;
+    *vlen = 0;
+    *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen, vlen,
+                          &rerr);
+    if (rerr)
+        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
+                              errstr_size);
+    return DD_OK;
+}
+
+/* Write a meta record (\p v NULL: delete it). */
+static dd_err_t meta_put(struct store *s, const char *key, size_t klen,
+                         const void *v, size_t vlen, char *errstr,
+                         size_t errstr_size)
+{
+    char *rerr = NULL;
+    if (v)
+        rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
+                       (const char *)v, vlen, &rerr);
+    else
+        rocksdb_delete_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
+                          &rerr);
+    if (rerr)
+        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
+                                errstr_size);
+    return DD_OK;
+}
+
 static size_t checkpoint_key(int32_t partition, char *key)
 {
     return (size_t)snprintf(key, CHECKPOINT_KEY_MAX, "checkpoint/%d",
@@ -426,17 +459,12 @@ dd_err_t store_checkpoint_get(struct store *s, int32_t partition,
 {
     char key[CHECKPOINT_KEY_MAX];
     size_t klen = checkpoint_key(partition, key);
-    char *rerr = NULL;
-    size_t vlen = 0;
-    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen,
-                               &vlen, &rerr);
-    if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
-                              errstr_size);
+    char *val;
+    size_t vlen;
     *found = false;
-    if (!val)
-        return DD_OK;
-    dd_err_t err = DD_OK;
+    dd_err_t err = meta_get(s, key, klen, &val, &vlen, errstr, errstr_size);
+    if (err || !val)
+        return err;
     if (!store_codec_checkpoint_decode(val, vlen, offset, taken_at_ms)) {
         snprintf(errstr, errstr_size,
                  "store: meta record '%s' is corrupt (%zu bytes, expected %d)",
@@ -455,20 +483,11 @@ dd_err_t store_checkpoint_put(struct store *s, int32_t partition,
 {
     char key[CHECKPOINT_KEY_MAX];
     size_t klen = checkpoint_key(partition, key);
-    char *rerr = NULL;
-    if (offset < 0) {
-        rocksdb_delete_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
-                          &rerr);
-    } else {
-        unsigned char v[STORE_CODEC_CHECKPOINT_LEN];
+    unsigned char v[STORE_CODEC_CHECKPOINT_LEN];
+    if (offset >= 0)
         store_codec_checkpoint_encode(offset, taken_at_ms, v);
-        rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
-                       (const char *)v, sizeof(v), &rerr);
-    }
-    if (rerr)
-        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
-                                errstr_size);
-    return DD_OK;
+    return meta_put(s, key, klen, offset < 0 ? NULL : v, sizeof(v), errstr,
+                    errstr_size);
 }
 
 /* meta "identity/<changelog topic>" */
@@ -484,18 +503,14 @@ dd_err_t store_identity_get(struct store *s, const char *topic, char **value,
 {
     char key[300];
     size_t klen = identity_key(topic, key, sizeof(key));
-    char *rerr = NULL;
-    size_t vlen = 0;
-    char *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen,
-                               &vlen, &rerr);
+    char *val;
+    size_t vlen;
     *value = NULL;
     *len = 0;
     *found = false;
-    if (rerr)
-        return store_rdb_fail(rerr, "rocksdb_get_cf(meta)", key, errstr,
-                              errstr_size);
-    if (!val)
-        return DD_OK;
+    dd_err_t err = meta_get(s, key, klen, &val, &vlen, errstr, errstr_size);
+    if (err || !val)
+        return err;
     *value = dd_xmalloc(vlen + 1, "identity record");
     memcpy(*value, val, vlen);
     (*value)[vlen] = '\0';
@@ -511,11 +526,5 @@ dd_err_t store_identity_put(struct store *s, const char *topic,
 {
     char key[300];
     size_t klen = identity_key(topic, key, sizeof(key));
-    char *rerr = NULL;
-    rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_META], key, klen,
-                   (const char *)value, len, &rerr);
-    if (rerr)
-        return store_write_fail(s, rerr, "rocksdb_put_cf(meta)", key, errstr,
-                                errstr_size);
-    return DD_OK;
+    return meta_put(s, key, klen, value, len, errstr, errstr_size);
 }
