@@ -776,6 +776,47 @@ bool store_index_duplicate(struct store *store, const char *op_id,
                            size_t op_id_len, const char *request_hash,
                            int64_t now_ms, enum store_op_state *state);
 
+/** An op_id's hot-index key, computed once for a poll batch by
+ *  store_index_prepare (a keyed SipHash digest; opaque to callers). */
+struct store_fast_key {
+    uint64_t k0, k1; /**< k1 == 0: no key (the op_id's length was 0 or
+                          above STORE_KEY_MAX): never proven */
+};
+
+/**
+ * @brief Prepare the fast-path look-ups of a poll batch (issue 13): each
+ *        op_id's hot-index key, and its home slot brought toward the cache
+ *        with one segment read lock per segment touched, so that the
+ *        store_index_duplicate_key calls that follow find it there instead
+ *        of each waiting for memory (on a 1M-op index most look-ups miss
+ *        every cache).  Changes nothing; the index may change between this
+ *        call and the look-ups (they read it again under its lock).
+ * @param op_ids  n op_ids, bytes, not NUL-terminated (Kafka keys),
+ *                borrowed; lens[i] each.  A NULL op_id, a length of 0 or
+ *                above STORE_KEY_MAX gives a key never proven.
+ * @param keys    Out: n keys.
+ * @locality any thread.
+ */
+void store_index_prepare(struct store *store, const void *const *op_ids,
+                         const size_t *lens, size_t n,
+                         struct store_fast_key *keys);
+
+/**
+ * @brief store_index_duplicate for a key of store_index_prepare: the same
+ *        answer, without computing the op_id's digest again.
+ * @param request_hash  \p hash_len bytes, not NUL-terminated.
+ * @param now_ms  The wall clock (dd_now_ms) as the caller read it (a poll
+ *                batch reads it once); it also stands for the compaction
+ *                filter's clock unless a test set that one
+ *                (store_set_filter_clock).
+ * @returns as store_index_duplicate.
+ * @locality any thread.
+ */
+bool store_index_duplicate_key(struct store *store,
+                               const struct store_fast_key *k,
+                               const char *request_hash, size_t hash_len,
+                               int64_t now_ms, enum store_op_state *state);
+
 /** Hot index counters. */
 struct store_index_stats {
     uint64_t entries;        /**< op_ids indexed (forgotten and expired ones

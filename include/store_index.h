@@ -266,6 +266,19 @@ void store_index_judge_batch(struct store_index *ix,
                              int64_t now_ms, int64_t filter_now_ms);
 
 /**
+ * @brief Bring the home slot of each of \p n keys toward the cache (the
+ *        fast path's look-ups of a poll batch: store_index_judge then finds
+ *        them there instead of each waiting for memory).  Takes each
+ *        touched segment's read lock once (keys grouped by segment; at most
+ *        1024 keys a group, more are taken in turns).  Reads nothing back,
+ *        changes nothing; a no-op when the index is off.
+ * @param keys  n keys, borrowed.
+ * @locality any thread.
+ */
+void store_index_prefetch(struct store_index *ix,
+                          const struct store_index_key *keys, size_t n);
+
+/**
  * @brief store_index_put (STORE_INDEX_UPSERT) of every probe of a grouping
  *        whose put is not NULL, one write lock per segment.  Caller holds
  *        their ops' stripes.

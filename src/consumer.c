@@ -714,9 +714,10 @@ struct item {
  * decided without parsing the value.  FAST_NO: the slow path decides. */
 enum fast { FAST_NO, FAST_DONE, FAST_ATTACHED };
 
-static enum fast fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
+static enum fast fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm,
+                           const struct store_fast_key *fk, int64_t now)
 {
-    if (!pl->cfg->identity_trust_headers || !rkm->key || !rkm->key_len)
+    if (!fk || !rkm->key || !rkm->key_len)
         return FAST_NO;
     rd_kafka_headers_t *hdrs = NULL;
     if (rd_kafka_message_headers(rkm, &hdrs))
@@ -744,11 +745,8 @@ static enum fast fast_path(struct pipeline *pl, const rd_kafka_message_t *rkm)
         o->msgs = pm;
         return FAST_ATTACHED;
     }
-    char h[STORE_HASH_LEN + 1];
-    memcpy(h, hash, STORE_HASH_LEN);
-    h[STORE_HASH_LEN] = '\0';
-    return store_index_duplicate(pl->store, rkm->key, rkm->key_len, h,
-                                 dd_now_ms(), NULL)
+    return store_index_duplicate_key(pl->store, fk, hash, STORE_HASH_LEN, now,
+                                     NULL)
                ? FAST_DONE
                : FAST_NO;
 }
@@ -860,17 +858,19 @@ static bool control(struct pipeline *pl, const rd_kafka_message_t *rkm,
     return true;
 }
 
-/* Parse and check one message; returns false when it went to the DLQ or was
- * decided on the fast path. */
-static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm, struct item *it)
+/* Parse and check one message (\p fk: its key's fast-path look-up, or NULL
+ * without one; \p now: the poll batch's clock); returns false when it went
+ * to the DLQ or was decided on the fast path. */
+static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm,
+                  const struct store_fast_key *fk, int64_t now,
+                  struct item *it)
 {
     pl->st->consumed++;
-    int64_t now = dd_now_ms();
     if (!pl->st->first_msg_ms)
         pl->st->first_msg_ms = now;
     pl->st->last_msg_ms = now;
     pl->last_activity_ms = now;
-    enum fast fast = fast_path(pl, rkm);
+    enum fast fast = fast_path(pl, rkm, fk, now);
     if (fast != FAST_NO) {
         pl->st->fast_path++;
         metrics_add(METRICS_FAST_PATH_DECISIONS, 1);
@@ -1031,13 +1031,31 @@ void consumer_shadow_flush(struct pipeline *pl)
  * WriteBatch), then act on each answer in consumption order. */
 static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t n)
 {
-    struct item *items = dd_xcalloc(n, sizeof(*items), "poll batch");
-    struct store_claim_req *reqs = dd_xcalloc(n, sizeof(*reqs), "poll batch");
+    assert(n <= POLL_BATCH);
+    /* admit fills an item for each message it returns true for */
+    struct item *items = dd_xmalloc(n * sizeof(*items), "poll batch");
+    /* The fast path's index keys, computed and their slots prefetched for
+     * the whole batch (keys from submitters trusted to send the identity
+     * headers only). */
+    struct store_fast_key fks[POLL_BATCH];
+    bool fast = pl->cfg->identity_trust_headers;
+    if (fast) {
+        const void *ids[POLL_BATCH];
+        size_t lens[POLL_BATCH];
+        for (size_t i = 0; i < n; i++) {
+            ids[i] = rkms[i]->key;
+            lens[i] = rkms[i]->key_len;
+        }
+        store_index_prepare(pl->store, ids, lens, n, fks);
+    }
+    int64_t now = dd_now_ms();
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (admit(pl, rkms[i], &items[k]) &&
+        if (admit(pl, rkms[i], fast ? &fks[i] : NULL, now, &items[k]) &&
             !claim_unwritten(pl, items[k].job, items[k].pm, items[k].source))
             k++;
+    struct store_claim_req *reqs =
+        k ? dd_xcalloc(k, sizeof(*reqs), "poll batch") : NULL;
     if (k) {
         for (size_t i = 0; i < k; i++) {
             reqs[i].op_id = items[i].job->op_id;

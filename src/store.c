@@ -1688,6 +1688,57 @@ out:
     return err;
 }
 
+void store_index_prepare(struct store *s, const void *const *op_ids,
+                         const size_t *lens, size_t n,
+                         struct store_fast_key *keys)
+{
+    /* the index's own key type: the same two words */
+    _Static_assert(sizeof(struct store_fast_key)
+                       == sizeof(struct store_index_key),
+                   "store_fast_key mirrors store_index_key");
+    struct store_index_key *k = (struct store_index_key *)(void *)keys;
+    for (size_t i = 0; i < n; i++) {
+        if (!op_ids[i] || lens[i] == 0 || lens[i] > STORE_KEY_MAX)
+            k[i].k0 = k[i].k1 = 0;
+        else
+            store_index_digest(s->idx, op_ids[i], lens[i], &k[i]);
+    }
+    store_index_prefetch(s->idx, k, n);
+}
+
+/* The fast path's verdict on index key \p k at \p now_ms (the compaction
+ * filter's clock \p filter_now_ms).  @locality any thread. */
+static bool index_duplicate(struct store *s, const struct store_index_key *k,
+                            const char *request_hash, size_t hash_len,
+                            int64_t now_ms, int64_t filter_now_ms,
+                            enum store_op_state *state)
+{
+    struct store_index_entry e;
+    /* a failed op is not decided here: whether it may be claimed again
+     * (failed_ttl_ms after its failure) is in RocksDB */
+    bool dup = store_index_judge(s->idx, k, now_ms, filter_now_ms, &e)
+                   == STORE_INDEX_FINISHED
+               && store_index_entry_state(&e) != STORE_OP_FAILED
+               && e.h == store_index_hdigest(s->idx, request_hash, hash_len);
+    store_index_count(s->idx, k, dup);
+    if (dup && state)
+        *state = store_index_entry_state(&e);
+    return dup;
+}
+
+bool store_index_duplicate_key(struct store *s,
+                               const struct store_fast_key *fk,
+                               const char *request_hash, size_t hash_len,
+                               int64_t now_ms, enum store_op_state *state)
+{
+    if (!fk->k1)
+        return false;
+    struct store_index_key k = {fk->k0, fk->k1};
+    int64_t filter_now = atomic_load(&s->filter_clock_ms);
+    return index_duplicate(s, &k, request_hash, hash_len, now_ms,
+                           filter_now ? filter_now : now_ms, state);
+}
+
 bool store_index_duplicate(struct store *s, const char *op_id,
                            size_t op_id_len, const char *request_hash,
                            int64_t now_ms, enum store_op_state *state)
@@ -1695,19 +1746,9 @@ bool store_index_duplicate(struct store *s, const char *op_id,
     if (op_id_len == 0 || op_id_len > STORE_KEY_MAX)
         return false;
     struct store_index_key k;
-    struct store_index_entry e;
     store_index_digest(s->idx, op_id, op_id_len, &k);
-    /* a failed op is not decided here: whether it may be claimed again
-     * (failed_ttl_ms after its failure) is in RocksDB */
-    bool dup = store_index_judge(s->idx, &k, now_ms, store_clock_ms(s), &e)
-                   == STORE_INDEX_FINISHED
-               && store_index_entry_state(&e) != STORE_OP_FAILED
-               && e.h == store_index_hdigest(s->idx, request_hash,
-                                             strlen(request_hash));
-    store_index_count(s->idx, &k, dup);
-    if (dup && state)
-        *state = store_index_entry_state(&e);
-    return dup;
+    return index_duplicate(s, &k, request_hash, strlen(request_hash), now_ms,
+                           store_clock_ms(s), state);
 }
 
 void store_index_stats_get(struct store *s, struct store_index_stats *st)

@@ -251,6 +251,13 @@ static struct store_index_entry *slots_alloc(uint64_t n)
         return NULL;
     if (bytes >= ((size_t)4 << 20))
         (void)madvise(p, bytes, MADV_HUGEPAGE);
+    /* Fault every page in writable now: a page a probe reads first is the
+     * shared zero page, and the write after it is a copy-on-write fault
+     * whose TLB flush interrupts every core running this process (the
+     * pipeline's look-ups included); measured in the replay storm's
+     * profile (issue 13). */
+    for (size_t o = 0; o < bytes; o += 4096)
+        ((volatile unsigned char *)p)[o] = 0;
     return p; /* zero-filled */
 }
 
@@ -560,6 +567,39 @@ void store_index_judge_batch(struct store_index *ix,
     }
 }
 
+void store_index_prefetch(struct store_index *ix,
+                          const struct store_index_key *keys, size_t n)
+{
+    enum { CHUNK = 1024 };
+    if (atomic_load_explicit(&ix->off, memory_order_relaxed))
+        return;
+    uint16_t order[CHUNK];
+    uint16_t start[STORE_INDEX_SEGS + 1];
+    for (size_t base = 0; base < n; base += CHUNK) {
+        size_t m = n - base < CHUNK ? n - base : CHUNK;
+        const struct store_index_key *k = keys + base;
+        uint16_t pos[STORE_INDEX_SEGS] = {0};
+        for (size_t j = 0; j < m; j++)
+            pos[store_index_segment(&k[j])]++;
+        start[0] = 0;
+        for (int g = 0; g < STORE_INDEX_SEGS; g++) {
+            start[g + 1] = (uint16_t)(start[g] + pos[g]);
+            pos[g] = start[g];
+        }
+        for (size_t j = 0; j < m; j++)
+            order[pos[store_index_segment(&k[j])]++] = (uint16_t)j;
+        for (int gi = 0; gi < STORE_INDEX_SEGS; gi++) {
+            if (start[gi] == start[gi + 1])
+                continue;
+            struct idx_seg *g = &ix->seg[gi];
+            pthread_rwlock_rdlock(&g->lock);
+            for (uint16_t x = start[gi]; x < start[gi + 1]; x++)
+                seg_prefetch(g, &k[order[x]]);
+            pthread_rwlock_unlock(&g->lock);
+        }
+    }
+}
+
 void store_index_put_batch(struct store_index *ix,
                            const struct store_index_probe *p,
                            const uint32_t *order,
@@ -664,9 +704,11 @@ void store_index_rebuild_end(struct store_index *ix, bool lossy,
         atomic_store(&ix->lossy, true);
     if (horizon_ms != INT64_MIN)
         idx_raise_horizon(ix, horizon_ms);
-    atomic_store(&ix->done, true);
     /* a growth during the rebuild may have left a segment at load 0.53:
-     * give back what it does not need (load below 0.65 -> 0.7) */
+     * give back what it does not need (load below 0.65 -> 0.7).  Before
+     * the rebuild is declared over: whoever waits for it (an assignment,
+     * store_index_wait) starts on a settled table, not beside 64 rehashes
+     * and their unmaps */
     for (int i = 0; i < STORE_INDEX_SEGS && shrink; i++) {
         struct idx_seg *g = &ix->seg[i];
         pthread_rwlock_wrlock(&g->lock);
@@ -675,6 +717,7 @@ void store_index_rebuild_end(struct store_index *ix, bool lossy,
             seg_rehash(ix, g, want, INT64_MIN); /* may fail: keeps g */
         pthread_rwlock_unlock(&g->lock);
     }
+    atomic_store(&ix->done, true);
 }
 
 void store_index_stats_fill(struct store_index *ix,

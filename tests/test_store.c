@@ -2401,6 +2401,47 @@ START_TEST(test_store_index_bound_reached_is_not_complete_and_answers_stay_corre
     ck_assert_int_gt(proven, 500);
     ck_assert_int_lt(proven, 5000);
 
+    /* the poll batch's form (store_index_prepare, then
+     * store_index_duplicate_key; 5000 keys: more than one prefetch chunk)
+     * answers as the single form, key for key; keys it cannot have (NULL,
+     * empty, too long) are never proven */
+    enum { NB = 5003 };
+    const void **ids = calloc(NB, sizeof(*ids));
+    size_t *lens = calloc(NB, sizeof(*lens));
+    char(*buf)[32] = calloc(NB, sizeof(*buf));
+    struct store_fast_key *fk = calloc(NB, sizeof(*fk));
+    static char too_long[STORE_KEY_MAX + 1];
+    memset(too_long, 'x', sizeof(too_long));
+    ck_assert(ids && lens && buf && fk);
+    for (int i = 0; i < 5000; i++) {
+        lens[i] = (size_t)snprintf(buf[i], sizeof(buf[i]), "ix-%d", i);
+        ids[i] = buf[i];
+    }
+    lens[5000] = 4; /* NULL */
+    ids[5001] = "ix-1"; /* length 0 */
+    ids[5002] = too_long;
+    lens[5002] = sizeof(too_long);
+    store_index_prepare(g_st, ids, lens, NB, fk);
+    int proven_key = 0;
+    for (int i = 0; i < NB; i++) {
+        bool dup = store_index_duplicate_key(g_st, &fk[i], H1, 64, now + 2,
+                                             NULL);
+        if (i < 5000)
+            ck_assert_int_eq(dup, store_index_duplicate(g_st, buf[i],
+                                                        lens[i], H1,
+                                                        now + 2, NULL));
+        else
+            ck_assert(!dup && fk[i].k1 == 0);
+        ck_assert(!store_index_duplicate_key(g_st, &fk[i], H2, 64, now + 2,
+                                             NULL));
+        proven_key += dup;
+    }
+    ck_assert_int_eq(proven_key, proven);
+    free(ids);
+    free(lens);
+    free(buf);
+    free(fk);
+
     /* after a reopen the rebuild hits the bound too */
     store_close(g_st);
     g_st = open_store(g_dir, "a", "r2", 64 << 10);
