@@ -27,6 +27,7 @@
 #include "consumer_internal.h"
 
 #define SFMAP_BUCKETS 4096
+#define PRODUCER_WARM_MS 10000 /* producer_warm's bound at start-up */
 #define POLL_BATCH 1024 /* messages claimed together (one store batch) */
 /* Shadow ops fetch nothing and hold no body: from their claim to the
  * acknowledgement of their result's changelog record (two broker round
@@ -1972,6 +1973,17 @@ dd_err_t consumer_handles_open(const struct cfg *cfg, bool shadow,
     else if (!err)
         err = producer_new(cfg, consumer_out_dr, &h->producer, errstr,
                            errstr_size);
+    if (!err) {
+        /* every topic the run produces to, its changelog (created a moment
+         * ago on a group's first run) included: the first records are not
+         * held back for a metadata refresh */
+        char clog[CHANGELOG_TOPIC_MAX];
+        changelog_topic_of(cfg, clog, sizeof(clog));
+        const char *out[] = {clog, cfg->topic_results, cfg->topic_conflicts,
+                             cfg->topic_dlq};
+        producer_warm(h->producer, out, sizeof(out) / sizeof(out[0]),
+                      PRODUCER_WARM_MS);
+    }
     if (!err)
         err = api_new(cfg, &jc, h->store, &h->api, errstr, errstr_size);
     if (!err && !shadow)

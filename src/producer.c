@@ -5,16 +5,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "config.h"
 #include "dd.h"
 #include "kconf.h"
 #include "log.h"
 
+#define WARM_MAX 8 /* topics producer_warm keeps handles of */
+
 struct producer {
     rd_kafka_t *rk;
     producer_dr_cb *dr;
     atomic_bool fatal;    /* set by error_cb on RD_KAFKA_RESP_ERR__FATAL */
+    rd_kafka_topic_t *warm[WARM_MAX]; /* producer_warm's topics */
+    size_t n_warm;
 };
 
 /* librdkafka's delivery report: hand it to the producer's callback with the
@@ -273,10 +278,78 @@ dd_err_t producer_test_fatal(struct producer *p, const char *reason)
                : DD_OK;
 }
 
+/* Whether the metadata of \p rkt names a leader for each of its
+ * partitions (false with \p why set otherwise).  One Metadata request. */
+static bool leaders_known(struct producer *p, rd_kafka_topic_t *rkt,
+                          int timeout_ms, char *why, size_t why_size)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(p->rk, 0, rkt, &md, timeout_ms);
+    bool ok = false;
+    if (e)
+        snprintf(why, why_size, "%s", rd_kafka_err2str(e));
+    else if (md->topic_cnt != 1 || md->topics[0].err)
+        snprintf(why, why_size, "%s", md->topic_cnt != 1 ? "not in the "
+                 "metadata" : rd_kafka_err2str(md->topics[0].err));
+    else if (md->topics[0].partition_cnt <= 0)
+        snprintf(why, why_size, "no partitions yet");
+    else {
+        ok = true;
+        for (int i = 0; i < md->topics[0].partition_cnt && ok; i++) {
+            const rd_kafka_metadata_partition_t *pm =
+                &md->topics[0].partitions[i];
+            if (pm->err || pm->leader < 0) {
+                ok = false;
+                snprintf(why, why_size, "partition %d has no leader yet (%s)",
+                         (int)pm->id, rd_kafka_err2str(pm->err));
+            }
+        }
+    }
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    return ok;
+}
+
+bool producer_warm(struct producer *p, const char *const *topics, size_t n,
+                   int timeout_ms)
+{
+    int64_t end = dd_now_ms() + timeout_ms;
+    bool all = true;
+    for (size_t i = 0; i < n && p->n_warm < WARM_MAX; i++) {
+        if (!topics[i] || !*topics[i])
+            continue;
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topics[i], NULL);
+        if (!rkt) {
+            all = false;
+            continue;
+        }
+        p->warm[p->n_warm++] = rkt;
+        char why[256] = "";
+        for (;;) {
+            int64_t left = end - dd_now_ms();
+            if (left <= 0) {
+                log_msg(LOG_WARNING, "producer", "topic %s: %s after %d ms; "
+                        "its first records wait in the producer's queue "
+                        "until it has a leader", topics[i], why, timeout_ms);
+                all = false;
+                break;
+            }
+            if (leaders_known(p, rkt, (int)(left < 2000 ? left : 2000), why,
+                              sizeof(why)))
+                break;
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return all && n <= WARM_MAX;
+}
+
 void producer_destroy(struct producer *p)
 {
     if (!p)
         return;
+    for (size_t i = 0; i < p->n_warm; i++)
+        rd_kafka_topic_destroy(p->warm[i]);
     rd_kafka_destroy(p->rk);
     free(p);
 }

@@ -34,6 +34,7 @@
 #include "dd.h"
 #include "job.h"
 #include "key.h"
+#include "producer.h"
 #include "log.h"
 #include "store.h"
 
@@ -540,6 +541,30 @@ START_TEST(test_consumer_cooperative_assignor_is_refused_at_start_up)
 }
 END_TEST
 
+/* producer_warm: the output topics' leaders learned before the first
+ * record; a topic whose partition has no leader is given up at the bound
+ * (false, logged) instead of being waited for. */
+START_TEST(test_producer_warm_learns_leaders_and_stops_at_its_bound)
+{
+    struct cfg *cfg = cfg_for_test();
+    struct producer *p = NULL;
+    char e[DD_ERRSTR_SIZE] = "";
+    ck_assert_msg(producer_new(cfg, NULL, &p, e, sizeof(e)) == DD_OK, "%s",
+                  e);
+    const char *outs[] = {T_RESULTS, NULL, T_DLQ, "", GROUP "-changelog"};
+    ck_assert(producer_warm(p, outs, 5, 10000));
+
+    rd_kafka_mock_cluster_t *mc = rd_kafka_handle_mock_cluster(mk);
+    ck_assert_int_eq(rd_kafka_mock_topic_create(mc, "t.leaderless", 1, 1), 0);
+    ck_assert_int_eq(rd_kafka_mock_partition_set_leader(mc, "t.leaderless", 0,
+                                                        -1), 0);
+    const char *none[] = {T_CONFLICTS, "t.leaderless"};
+    ck_assert(!producer_warm(p, none, 2, 300));
+    producer_destroy(p);
+    cfg_destroy(cfg);
+}
+END_TEST
+
 Suite *consumer_suite(void)
 {
     Suite *s = suite_create("consumer");
@@ -549,6 +574,7 @@ Suite *consumer_suite(void)
     tcase_add_test(tc, test_consumer_shadow_one_result_per_job_and_duplicates_decided);
     tcase_add_test(tc, test_consumer_fetches_each_logical_job_once_from_the_origin);
     tcase_add_test(tc, test_consumer_cooperative_assignor_is_refused_at_start_up);
+    tcase_add_test(tc, test_producer_warm_learns_leaders_and_stops_at_its_bound);
     suite_add_tcase(s, tc);
     return s;
 }
