@@ -320,6 +320,18 @@ size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
                                  unsigned char *buf, size_t cap);
 
 /**
+ * @brief store_codec_outbox_encode without the value's bytes: the head
+ *        that precedes them (header, op_id, event_key, generation,
+ *        value_len), so that a caller writes head and value as two slices
+ *        of one record (rocksdb_writebatch_putv_cf) without copying the
+ *        value first.  Head then value equal store_codec_outbox_encode.
+ * @param cap  >= store_codec_outbox_size(op_id_len, event_key_len, 0).
+ * @returns the head's length; 0 as store_codec_outbox_encode.
+ */
+size_t store_codec_outbox_encode_head(const struct store_codec_outbox *ent,
+                                      unsigned char *buf, size_t cap);
+
+/**
  * @brief Decode the value \p val of outbox entry \p seq.
  * @returns DD_OK; DD_ERR_FATAL (corrupt, or an empty op_id).
  */

@@ -701,21 +701,10 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     if (err)
         return err;
     size_t idlen = strlen(op_id);
-    size_t ocap = acked ? 0
-                        : store_codec_outbox_size(idlen, strlen(op->event_key),
-                                                  value_len);
-    unsigned char *obuf = acked ? NULL : malloc(ocap);
-    if (!acked && !obuf) {
-        dd_errstr_set(errstr, errstr_size,
-                      "%s(%.64s): out of memory (%zu bytes)", fn, op_id, ocap);
-        return DD_ERR_NOMEM;
-    }
     uint64_t n = 0;
     err = acked ? DD_OK : seq_alloc(s, &n, errstr, errstr_size);
-    if (err) {
-        free(obuf);
+    if (err)
         return err;
-    }
     op->state = state;
     snprintf(op->category, sizeof(op->category), "%s",
              category ? category : "");
@@ -748,13 +737,20 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
         .value = value,
         .value_len = value_len,
     };
-    size_t olen = store_codec_outbox_encode(&ent, obuf, ocap);
-    assert(olen > 0); /* bounded strings; value_len checked */
+    /* the head, then the result from the caller's buffer: one copy (the
+     * batch's own), as the bodies */
+    unsigned char head[STORE_CODEC_HDR_LEN + 2 + STORE_KEY_MAX + 2
+                       + STORE_HASH_LEN + 8 + 4];
+    size_t hlen = store_codec_outbox_encode_head(&ent, head, sizeof(head));
+    assert(hlen > 0); /* bounded strings; value_len checked */
     unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
     store_codec_outbox_key(n, key);
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_OUTBOX], (const char *)key,
-                              sizeof(key), (const char *)obuf, olen);
-    free(obuf);
+    const char *keys[1] = {(const char *)key};
+    size_t klens[1] = {sizeof(key)};
+    const char *vals[2] = {(const char *)head, value_len ? value : ""};
+    size_t vlens[2] = {hlen, value_len};
+    rocksdb_writebatch_putv_cf(wb, s->cf[CF_OUTBOX], 1, keys, klens, 2, vals,
+                               vlens);
     return DD_OK;
 }
 

@@ -470,8 +470,8 @@ size_t store_codec_outbox_size(size_t op_id_len, size_t event_key_len,
            + value_len;
 }
 
-size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
-                                 unsigned char *buf, size_t cap)
+size_t store_codec_outbox_encode_head(const struct store_codec_outbox *ent,
+                                      unsigned char *buf, size_t cap)
 {
     if (ent->value_len > UINT32_MAX)
         return 0;
@@ -481,8 +481,18 @@ size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
     enc_str(&e, ent->event_key, ent->event_key_len);
     enc_u64(&e, ent->generation);
     enc_u32(&e, (uint32_t)ent->value_len);
-    enc_bytes(&e, ent->value, ent->value_len);
     return enc_done(&e);
+}
+
+size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
+                                 unsigned char *buf, size_t cap)
+{
+    size_t head = store_codec_outbox_encode_head(ent, buf, cap);
+    if (!head || cap - head < ent->value_len)
+        return 0;
+    if (ent->value_len)
+        memcpy(buf + head, ent->value, ent->value_len);
+    return head + ent->value_len;
 }
 
 dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,

@@ -538,6 +538,15 @@ START_TEST(test_store_codec_outbox_round_trip_borrows_the_value)
     ck_assert_ptr_eq(out.value, v + size - 14);
     ck_assert_uint_eq(out.value_len, 14);
     ck_assert_mem_eq(out.value, "{\"status\":200}", 14);
+    /* the head alone, then the value: the same bytes (what the store
+     * writes as two slices of one record) */
+    unsigned char head[16 + 2 + 18 + 2 + 64 + 8 + 4];
+    ck_assert_uint_eq(store_codec_outbox_encode_head(&in, head,
+                                                     sizeof(head) - 1), 0);
+    ck_assert_uint_eq(store_codec_outbox_encode_head(&in, head, sizeof(head)),
+                      sizeof(head));
+    ck_assert_mem_eq(head, v, sizeof(head));
+    ck_assert_uint_eq(size - sizeof(head), 14);
     /* the value length field says one byte more than there is */
     ck_assert_int_eq(store_codec_outbox_decode(v, size - 1, 4097, &out, g_err,
                                                sizeof(g_err)),
