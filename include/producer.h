@@ -150,11 +150,15 @@ dd_err_t producer_send_to(struct producer *p, const char *topic,
  *        results and changelog records stuck at the start of each fresh run
  *        of bench rows 2 and 3 (issue 13).  Never fails: at the bound it
  *        logs a warning naming the topic and what was missing, and sending
- *        works as before.  At most 8 topics a producer (the rest are
- *        skipped).
+ *        works as before.  At most 8 topics a producer, over all calls (the
+ *        rest are not tried).  A producer recreated after a fatal error
+ *        (producer_replace) is not warmed: its topics exist by then, and
+ *        librdkafka learns an existing topic's leader in one round trip.
+ *        Not interrupted by a stop: it runs at start-up, where the bound
+ *        is only reached while the cluster has no leader for a topic.
  * @param topics  n topic names (NULL or empty ones skipped), borrowed.
  * @returns true when every topic's partitions had a leader; false at the
- *          bound (logged), or with more than 8 topics.
+ *          bound (logged), or when a topic was not tried (over 8).
  * @locality the thread that owns \p p, before it sends; blocks.
  */
 bool producer_warm(struct producer *p, const char *const *topics, size_t n,

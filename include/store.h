@@ -806,9 +806,10 @@ void store_index_prepare(struct store *store, const void *const *op_ids,
  *        answer, without computing the op_id's digest again.
  * @param request_hash  \p hash_len bytes, not NUL-terminated.
  * @param now_ms  The wall clock (dd_now_ms) as the caller read it (a poll
- *                batch reads it once); it also stands for the compaction
- *                filter's clock unless a test set that one
- *                (store_set_filter_clock).
+ *                batch reads it once, so it may be that batch's age old).
+ *                The compaction filter's clock (store_set_filter_clock, else
+ *                the wall clock) is read here: an entry live at \p now_ms
+ *                that the filter may have dropped since is not proven.
  * @returns as store_index_duplicate.
  * @locality any thread.
  */

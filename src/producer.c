@@ -315,16 +315,20 @@ bool producer_warm(struct producer *p, const char *const *topics, size_t n,
 {
     int64_t end = dd_now_ms() + timeout_ms;
     bool all = true;
-    for (size_t i = 0; i < n && p->n_warm < WARM_MAX; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (!topics[i] || !*topics[i])
             continue;
+        if (p->n_warm == WARM_MAX) { /* not tried */
+            all = false;
+            continue;
+        }
         rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topics[i], NULL);
         if (!rkt) {
             all = false;
             continue;
         }
         p->warm[p->n_warm++] = rkt;
-        char why[256] = "";
+        char why[256] = "not asked: the time was up";
         for (;;) {
             int64_t left = end - dd_now_ms();
             if (left <= 0) {
@@ -341,7 +345,7 @@ bool producer_warm(struct producer *p, const char *const *topics, size_t n,
             nanosleep(&ts, NULL);
         }
     }
-    return all && n <= WARM_MAX;
+    return all;
 }
 
 void producer_destroy(struct producer *p)

@@ -1709,18 +1709,21 @@ void store_index_prepare(struct store *s, const void *const *op_ids,
                          const size_t *lens, size_t n,
                          struct store_fast_key *keys)
 {
-    /* the index's own key type: the same two words */
-    _Static_assert(sizeof(struct store_fast_key)
-                       == sizeof(struct store_index_key),
-                   "store_fast_key mirrors store_index_key");
-    struct store_index_key *k = (struct store_index_key *)(void *)keys;
-    for (size_t i = 0; i < n; i++) {
-        if (!op_ids[i] || lens[i] == 0 || lens[i] > STORE_KEY_MAX)
-            k[i].k0 = k[i].k1 = 0;
-        else
-            store_index_digest(s->idx, op_ids[i], lens[i], &k[i]);
+    enum { CHUNK = 1024 };
+    struct store_index_key k[CHUNK]; /* the keys to prefetch */
+    for (size_t base = 0; base < n; base += CHUNK) {
+        size_t m = 0;
+        for (size_t i = base; i < n && i < base + CHUNK; i++) {
+            keys[i].k0 = keys[i].k1 = 0;
+            if (!op_ids[i] || lens[i] == 0 || lens[i] > STORE_KEY_MAX)
+                continue; /* no key: never proven, nothing to prefetch */
+            store_index_digest(s->idx, op_ids[i], lens[i], &k[m]);
+            keys[i].k0 = k[m].k0;
+            keys[i].k1 = k[m].k1; /* never 0 (store_index_digest) */
+            m++;
+        }
+        store_index_prefetch(s->idx, k, m);
     }
-    store_index_prefetch(s->idx, k, n);
 }
 
 /* The fast path's verdict on index key \p k at \p now_ms (the compaction
@@ -1751,9 +1754,10 @@ bool store_index_duplicate_key(struct store *s,
     if (!fk->k1)
         return false;
     struct store_index_key k = {fk->k0, fk->k1};
-    int64_t filter_now = atomic_load(&s->filter_clock_ms);
+    /* the filter's clock read now: \p now_ms may be a poll batch old, and
+     * an entry the filter may have dropped since must not be proven */
     return index_duplicate(s, &k, request_hash, hash_len, now_ms,
-                           filter_now ? filter_now : now_ms, state);
+                           store_clock_ms(s), state);
 }
 
 bool store_index_duplicate(struct store *s, const char *op_id,

@@ -9,6 +9,7 @@
 #include "store_index.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -524,19 +525,35 @@ bool store_index_disable(struct store_index *ix)
 /* ---------------------------------------------------------------------- */
 /* batches                                                                 */
 
-void store_index_group(const struct store_index_probe *p, size_t n,
-                       uint32_t *order, uint32_t start[STORE_INDEX_SEGS + 1])
+/* Group \p n keys by segment (a counting sort): segment g's are order[start[g]
+ * .. start[g + 1]).  Each key is the first member of an element \p stride
+ * bytes after the previous one (a key array, or the probes). */
+static void group_by_segment(const void *base, size_t stride, size_t n,
+                             uint32_t *order,
+                             uint32_t start[STORE_INDEX_SEGS + 1])
 {
+    const unsigned char *b = base;
+#define KEY_AT(j) ((const struct store_index_key *)(const void *)(b + (j) * stride))
     uint32_t pos[STORE_INDEX_SEGS] = {0};
     for (size_t j = 0; j < n; j++)
-        pos[store_index_segment(&p[j].key)]++;
+        pos[store_index_segment(KEY_AT(j))]++;
     start[0] = 0;
     for (int g = 0; g < STORE_INDEX_SEGS; g++) {
         start[g + 1] = start[g] + pos[g];
         pos[g] = start[g];
     }
     for (size_t j = 0; j < n; j++)
-        order[pos[store_index_segment(&p[j].key)]++] = (uint32_t)j;
+        order[pos[store_index_segment(KEY_AT(j))]++] = (uint32_t)j;
+#undef KEY_AT
+}
+
+void store_index_group(const struct store_index_probe *p, size_t n,
+                       uint32_t *order, uint32_t start[STORE_INDEX_SEGS + 1])
+{
+    /* the key is a probe's first member */
+    _Static_assert(offsetof(struct store_index_probe, key) == 0,
+                   "store_index_probe starts with its key");
+    group_by_segment(p, sizeof(*p), n, order, start);
 }
 
 void store_index_judge_batch(struct store_index *ix,
@@ -573,27 +590,18 @@ void store_index_prefetch(struct store_index *ix,
     enum { CHUNK = 1024 };
     if (atomic_load_explicit(&ix->off, memory_order_relaxed))
         return;
-    uint16_t order[CHUNK];
-    uint16_t start[STORE_INDEX_SEGS + 1];
+    uint32_t order[CHUNK];
+    uint32_t start[STORE_INDEX_SEGS + 1];
     for (size_t base = 0; base < n; base += CHUNK) {
         size_t m = n - base < CHUNK ? n - base : CHUNK;
         const struct store_index_key *k = keys + base;
-        uint16_t pos[STORE_INDEX_SEGS] = {0};
-        for (size_t j = 0; j < m; j++)
-            pos[store_index_segment(&k[j])]++;
-        start[0] = 0;
-        for (int g = 0; g < STORE_INDEX_SEGS; g++) {
-            start[g + 1] = (uint16_t)(start[g] + pos[g]);
-            pos[g] = start[g];
-        }
-        for (size_t j = 0; j < m; j++)
-            order[pos[store_index_segment(&k[j])]++] = (uint16_t)j;
+        group_by_segment(k, sizeof(*k), m, order, start);
         for (int gi = 0; gi < STORE_INDEX_SEGS; gi++) {
             if (start[gi] == start[gi + 1])
                 continue;
             struct idx_seg *g = &ix->seg[gi];
             pthread_rwlock_rdlock(&g->lock);
-            for (uint16_t x = start[gi]; x < start[gi + 1]; x++)
+            for (uint32_t x = start[gi]; x < start[gi + 1]; x++)
                 seg_prefetch(g, &k[order[x]]);
             pthread_rwlock_unlock(&g->lock);
         }
@@ -708,7 +716,8 @@ void store_index_rebuild_end(struct store_index *ix, bool lossy,
      * give back what it does not need (load below 0.65 -> 0.7).  Before
      * the rebuild is declared over: whoever waits for it (an assignment,
      * store_index_wait) starts on a settled table, not beside 64 rehashes
-     * and their unmaps */
+     * and their unmaps (a lossy end, set above, releases the waiters at
+     * once: that index is a cache, nothing waits for it to settle) */
     for (int i = 0; i < STORE_INDEX_SEGS && shrink; i++) {
         struct idx_seg *g = &ix->seg[i];
         pthread_rwlock_wrlock(&g->lock);

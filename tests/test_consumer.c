@@ -559,7 +559,13 @@ START_TEST(test_producer_warm_learns_leaders_and_stops_at_its_bound)
     ck_assert_int_eq(rd_kafka_mock_partition_set_leader(mc, "t.leaderless", 0,
                                                         -1), 0);
     const char *none[] = {T_CONFLICTS, "t.leaderless"};
+    int64_t t0 = dd_now_ms();
     ck_assert(!producer_warm(p, none, 2, 300));
+    /* it stops at its bound (one metadata request may end past it) */
+    ck_assert_int_lt(dd_now_ms() - t0, 300 + 2500);
+    /* 5 topics warmed so far, 3 more fit; a ninth is not tried */
+    const char *more[] = {T_RESULTS, T_DLQ, T_CONFLICTS, T_JOBS};
+    ck_assert(!producer_warm(p, more, 4, 10000));
     producer_destroy(p);
     cfg_destroy(cfg);
 }
