@@ -2954,6 +2954,31 @@ START_TEST(test_store_validator_not_written_by_failed_or_fenced_completion)
 }
 END_TEST
 
+/* A standing completion shares its body with a fenced one that comes first
+ * in the batch but after it in op_id order (the order the batch is staged
+ * in): the standing one writes the body. */
+START_TEST(test_store_body_written_by_the_standing_twin_of_a_fenced_completion)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("op-z", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-a", H1, T0, &op), STORE_CLAIM_NEW);
+    struct store_complete_req r[2] = {val_req("op-z", RK1, "shared page"),
+                                      val_req("op-a", RK2, "shared page")};
+    r[0].generation = 9; /* fenced */
+    ck_assert_int_eq(store_complete_batch(g_st, r, 2, T0, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    ck_assert_int_eq(r[0].err, DD_ERR_STATE);
+    ck_assert_int_eq(r[1].err, DD_OK);
+    ck_assert_int_eq(r[1].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert(!vget(RK1, T0));
+    ck_assert(vget(RK2, T0));
+    char d[KEY_HEX_LEN + 1];
+    key_sha256_hex("shared page", 11, d);
+    ck_assert(bget(d, T0, "shared page"));
+}
+END_TEST
+
 START_TEST(test_store_validators_survive_reopen)
 {
     struct store_complete_req r[2] = {val_req("op-1", RK1, "one"),
@@ -3349,6 +3374,8 @@ Suite *store_suite(void)
                    test_store_validator_refused_cleared_too_large_not_stored);
     tcase_add_test(
         tc, test_store_validator_not_written_by_failed_or_fenced_completion);
+    tcase_add_test(
+        tc, test_store_body_written_by_the_standing_twin_of_a_fenced_completion);
     tcase_add_test(tc, test_store_validators_survive_reopen);
     tcase_add_test(tc, test_store_without_validator_cfs_opens_and_gets_them);
     tcase_add_test(tc, test_store_corrupt_validator_or_body_is_fatal);
