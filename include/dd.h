@@ -37,6 +37,15 @@ int64_t dd_now_ms(void);
  */
 uint64_t dd_fnv1a64(const void *data, size_t len);
 
+/**
+ * @brief Byte-wise order of two byte strings (memcmp over the shorter, then
+ *        the shorter first): RocksDB's BytewiseComparator, jansson's sorted
+ *        keys.  For qsort comparators.
+ * @returns <0, 0 or >0 as \p a sorts before, with or after \p b.
+ * @locality any thread; pure.
+ */
+int dd_bytes_cmp(const void *a, size_t alen, const void *b, size_t blen);
+
 /** @brief dd_fnv1a64 of a NUL-terminated string \p s (borrowed). */
 uint64_t dd_fnv1a64_str(const char *s);
 

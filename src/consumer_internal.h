@@ -303,6 +303,12 @@ void consumer_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                            rd_kafka_topic_partition_list_t *parts,
                            void *opaque);
 
+/* ---- consumer_handles.c --------------------------------------------------- */
+
+/* The parse settings of \p cfg (identity headers, size limit) into \p jc;
+ * its pointers borrow \p cfg. */
+void consumer_job_conf(const struct cfg *cfg, struct job_conf *jc);
+
 /* ---- consumer_stop.c ----------------------------------------------------- */
 
 /* The first look at a stop request: no longer ready, finish what is in

@@ -14,6 +14,14 @@ int64_t dd_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int dd_bytes_cmp(const void *a, size_t alen, const void *b, size_t blen)
+{
+    int c = memcmp(a, b, alen < blen ? alen : blen);
+    if (c)
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
 uint64_t dd_fnv1a64(const void *data, size_t len)
 {
     const unsigned char *p = data;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dd.h"
+
 /* Length of the UTF-8 sequence at p[i..n) (RFC 3629 section 4, the table of
  * well-formed byte sequences), 0 if ill-formed. */
 static size_t utf8_len(const unsigned char *p, size_t i, size_t n)
@@ -303,11 +305,7 @@ struct dkey {
 static int dkey_cmp(const void *a, const void *b)
 {
     const struct dkey *x = a, *y = b;
-    size_t min = x->len < y->len ? x->len : y->len;
-    int r = memcmp(x->key, y->key, min);
-    if (r)
-        return r;
-    return x->len < y->len ? -1 : x->len > y->len;
+    return dd_bytes_cmp(x->key, x->len, y->key, y->len);
 }
 
 static void dump_value(struct jstr_buf *b, const json_t *v, bool sort, int depth);

@@ -217,12 +217,9 @@ struct qparam {
 static int qparam_cmp(const void *a, const void *b)
 {
     const struct qparam *x = a, *y = b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->s, y->s, n);
+    int c = dd_bytes_cmp(x->s, x->name_len, y->s, y->name_len);
     if (c)
         return c;
-    if (x->name_len != y->name_len)
-        return x->name_len < y->name_len ? -1 : 1;
     /* equal names keep their submitted order: a stable sort */
     return x->idx < y->idx ? -1 : (x->idx > y->idx ? 1 : 0);
 }

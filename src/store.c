@@ -810,12 +810,9 @@ struct batch_read {
 static int batch_read_cmp(const void *a, const void *b)
 {
     const struct batch_read *x = a, *y = b;
-    size_t n = x->len < y->len ? x->len : y->len;
-    int c = memcmp(x->id, y->id, n);
+    int c = dd_bytes_cmp(x->id, x->len, y->id, y->len);
     if (c)
         return c;
-    if (x->len != y->len)
-        return x->len < y->len ? -1 : 1;
     return x->u < y->u ? -1 : x->u > y->u;
 }
 
