@@ -45,6 +45,26 @@ dd_err_t jstr_quote(const void *p, size_t n, char **out, size_t *out_len) DD_WUR
  */
 char *jstr_quote_into(const void *p, size_t n, char *w);
 
+/**
+ * @brief The JSON literal a result carries for a body (DESIGN.md section 3:
+ *        "body" when the bytes are UTF-8 without NUL, else "body_base64"):
+ *        jstr_quote() of the bytes, or, when it refuses them, their base64
+ *        (RFC 4648 section 4, with padding) in quotes.  Deterministic: the
+ *        same bytes give the same literal, so a result the store keeps
+ *        without its body (store.h, the outbox's body reference) is rebuilt
+ *        byte for byte.
+ * @param p        Bytes, not NUL-terminated (borrowed); any content.
+ * @param n        Length in bytes (at most INT_MAX for base64).
+ * @param out      Out: malloc'd literal with its quotes, NUL-terminated;
+ *                 the caller owns it (free()).  Untouched on failure.
+ * @param out_len  Out: its length in bytes (without the NUL).
+ * @param key      Out, optional: static "body" or "body_base64".
+ * @returns DD_OK; DD_ERR_NOMEM; DD_ERR_INVAL (n above INT_MAX, base64).
+ * @locality any thread; reentrant.
+ */
+dd_err_t jstr_body_literal(const void *p, size_t n, char **out,
+                           size_t *out_len, const char **key) DD_WUR;
+
 /** A growing JSON text (start with {0}; free(p) when done). */
 struct jstr_buf {
     char *p;        /**< the bytes, not NUL-terminated; malloc'd */

@@ -60,12 +60,20 @@ struct store_attempt;
  * @param out_len    Out: its length in bytes, without the NUL.
  * @param outcome    Out: static text of the outcome ("fetched",
  *                   "not_modified", "failed", "shadow").
+ * @param body_at    Out, optional (NULL): where the body's literal
+ *                   (jstr_body_literal of r->body) starts in *out; it
+ *                   runs to the last byte, the object's closing brace.
+ *                   0 when the event carries no body (none, or dropped for
+ *                   max_bytes).  The store keeps a completion's outbox
+ *                   entry without that literal when the body goes to its
+ *                   "bodies" column family anyway (store_complete_req).
  * @returns DD_OK; DD_ERR_NOMEM (not retriable by the caller).
  * @locality any thread; reentrant (the pipeline thread).
  */
 dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                        uint64_t generation, size_t max_bytes, char **out,
-                       size_t *out_len, const char **outcome) DD_WUR;
+                       size_t *out_len, const char **outcome,
+                       size_t *body_at) DD_WUR;
 
 /**
  * @brief Encode a conflict record (DESIGN.md section 3): one op_id, two

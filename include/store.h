@@ -26,7 +26,10 @@
  * Atomicity: store_claim() is put-if-absent under a striped mutex keyed by op_id,
  * so two claims on one op_id never both win, from any number of threads of one
  * process (one RocksDB per instance, opened by one process).  Multi-record changes
- * (result + op state + outbox entry) are one WriteBatch.
+ * (result + op state + outbox entry) are one WriteBatch.  An entry whose
+ * result's body the same batch writes to "bodies" names that body instead of
+ * holding it (store_complete_req.body_lit_off), and the bodies' compaction
+ * filter keeps every body a pending entry may name (DESIGN.md section 4).
  *
  * Hot index (DESIGN.md section 4): an exact in-memory table in front of the
  * ops column family, keyed by a 128-bit keyed digest of op_id (SipHash-2-4-128,
@@ -394,6 +397,16 @@ struct store_complete_req {
                                             lowercase hex, trusted as given),
                                             or NULL: the store computes it,
                                             before taking any lock */
+    /* Optional (0, 0: none): value[body_lit_off, body_lit_off +
+     * body_lit_len) is jstr_body_literal() of body (jstr.h; trusted as
+     * given, as body_sha256).  When the body is written with this batch
+     * (validator_write STORE_VALIDATOR_WRITTEN), the outbox entry keeps
+     * value without those bytes and names the body, so the page is written
+     * once (issue 13); store_outbox_foreach() rebuilds the same bytes, and
+     * no body is dropped by TTL compaction while an entry naming it is
+     * pending (DESIGN.md section 4, "outbox"). */
+    size_t body_lit_off;               /**< in: where the literal starts */
+    size_t body_lit_len;               /**< in: its bytes, with quotes */
     enum store_validator_write validator_write; /**< out */
     uint64_t seq;                      /**< out: outbox sequence number */
     uint64_t ticket;                   /**< out: group commit: durable once
@@ -589,7 +602,12 @@ dd_err_t store_outbox_ack_batch(struct store *store,
 
 /**
  * @brief Visit every pending outbox entry in sequence order (start-up replay).
- * @returns DD_OK; DD_ERR_IO; DD_ERR_NOMEM; DD_ERR_FATAL (corrupt entry).
+ *        An entry that names its body (store_complete_req.body_lit_off) is
+ *        handed to \p cb whole: its event rebuilt from the body (read
+ *        whatever its expiry), byte for byte the event completed.
+ * @returns DD_OK; DD_ERR_IO; DD_ERR_NOMEM; DD_ERR_FATAL (corrupt entry, or
+ *          an entry whose body is absent or gives another literal: named in
+ *          errstr).
  */
 dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
                               void *opaque, char *errstr,

@@ -60,6 +60,15 @@
  *   outbox     key u64 seq, big-endian (iteration order = sequence order)
  *              value header(OUTBOX, expires_at 0) str op_id, str event_key,
  *                    u64 generation, u32 value_len, value bytes
+ *              or, the event without its body's literal (issue 13: the page
+ *              written once, in "bodies"; added without a layout bump: a
+ *              dedupd from before it calls such an entry corrupt, so going
+ *              back needs an empty outbox)
+ *              header(OUTBOX_REF, expires_at 0) str op_id, str event_key,
+ *                    u64 generation, i64 written_at, str body_sha256 (64
+ *                    hex), u64 body_len, u32 literal_len, u32 prefix_len,
+ *                    prefix bytes, u32 suffix_len, suffix bytes; the event
+ *                    is prefix + jstr_body_literal(body) + suffix
  *   conflicts  key op_id "\n" request_hash
  *              value header(CONFLICT) i64 first_seen_at
  *   seen       key caller bytes
@@ -117,6 +126,7 @@ enum store_codec_kind {
     STORE_CODEC_RECEIPT = 6,
     STORE_CODEC_VALIDATOR = 7,
     STORE_CODEC_BODY = 8,
+    STORE_CODEC_OUTBOX_REF = 9, /**< an outbox entry naming its body */
 };
 
 /** The largest op value: header, fixed fields, 5 strings, not_before. */
@@ -298,17 +308,32 @@ struct store_codec_outbox {
     const char *event_key;  /**< 0..STORE_HASH_LEN bytes */
     size_t event_key_len;
     uint64_t generation;
-    const void *value;      /**< the result event */
+    const void *value;      /**< the result event; with body_sha256, the
+                                 part before the body's literal */
     size_t value_len;       /**< <= UINT32_MAX */
+    /* With body_sha256 (record OUTBOX_REF), the event is value +
+     * jstr_body_literal(the body) + suffix; body_sha256 NULL: value is the
+     * whole event and the fields below are 0. */
+    const char *body_sha256; /**< STORE_HASH_LEN hex, not NUL-terminated */
+    uint64_t body_len;       /**< the body's bytes */
+    uint32_t literal_len;    /**< the literal's bytes (checked on rebuild) */
+    int64_t written_at_ms;   /**< the completion's time (its body's
+                                  expires_at - the validators TTL) */
+    const void *suffix;      /**< after the literal */
+    size_t suffix_len;       /**< <= UINT32_MAX */
 };
 
 /** @brief Outbox key of \p seq (big-endian) into \p key. */
 void store_codec_outbox_key(uint64_t seq,
                             unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN]);
 
-/** @returns the length of the value of an outbox entry of these sizes. */
+/** @returns the length of the value of an outbox entry of these sizes
+ *  (a whole event: no body reference). */
 size_t store_codec_outbox_size(size_t op_id_len, size_t event_key_len,
                                size_t value_len);
+
+/** @returns the length of the value of outbox entry \p ent (either form). */
+size_t store_codec_outbox_len(const struct store_codec_outbox *ent);
 
 /**
  * @brief The value of outbox entry \p ent (expires_at 0: it never expires).
@@ -330,6 +355,17 @@ size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
  */
 size_t store_codec_outbox_encode_head(const struct store_codec_outbox *ent,
                                       unsigned char *buf, size_t cap);
+
+/**
+ * @brief With a body reference, the 4 bytes between value (the prefix) and
+ *        the suffix: u32 suffix_len.  A caller writes head, value, these and
+ *        suffix as four slices; together they equal
+ *        store_codec_outbox_encode.
+ * @returns 4; 0 when \p ent has no body reference or suffix_len does not
+ *          fit.
+ */
+size_t store_codec_outbox_encode_mid(const struct store_codec_outbox *ent,
+                                     unsigned char buf[4]);
 
 /**
  * @brief Decode the value \p val of outbox entry \p seq.

@@ -983,7 +983,7 @@ void consumer_shadow_flush(struct pipeline *pl)
         size_t len;
         if (result_encode(o->job, NULL, o->generation,
                           (size_t)pl->cfg->limits_max_result_bytes, &val,
-                          &len, &outcome))
+                          &len, &outcome, NULL))
             dd_oom("shadow result");
         if (o->rec_unwritten) {
             struct outmsg *m =
@@ -1138,6 +1138,7 @@ static void on_fetch_retry(void *arg, void *req_opaque,
 struct encoded {
     char *value;
     size_t value_len;
+    size_t body_at;      /* result_encode's */
     const char *outcome; /* static text */
 };
 
@@ -1163,7 +1164,7 @@ static void on_fetch_done(void *arg, void *req_opaque, struct fetch_result *r)
         return;
     if (result_encode(o->job, r, o->generation,
                       (size_t)pl->cfg->limits_max_result_bytes, &e->value,
-                      &e->value_len, &e->outcome)) {
+                      &e->value_len, &e->outcome, &e->body_at)) {
         free(e);
         return;
     }
@@ -1177,6 +1178,7 @@ struct fetched {
     bool shared;          /* a waiter served by its leader's transfer */
     char *value;
     size_t value_len;
+    size_t body_at; /* where r->body's literal starts in value (0: none) */
     struct store_attempt *attempts;
 };
 
@@ -1198,11 +1200,12 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         r->prepared = NULL;
         f->value = e->value;
         f->value_len = e->value_len;
+        f->body_at = e->body_at;
         outcome = e->outcome;
         free(e);
     } else if (result_encode(o->job, r, o->generation,
                              (size_t)pl->cfg->limits_max_result_bytes,
-                             &f->value, &f->value_len, &outcome))
+                             &f->value, &f->value_len, &outcome, &f->body_at))
         dd_oom("result");
     bool failed = strcmp(outcome, "fetched") && strcmp(outcome, "not_modified");
     o->failed = failed;
@@ -1253,6 +1256,12 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         req->body_len = r->body_len;
         if (r->body && r->body_sha256[0])
             req->body_sha256 = r->body_sha256;
+        /* the result's literal is this body's: stored with the body, the
+         * outbox entry keeps the rest (the page is written once) */
+        if (r->body && f->body_at) {
+            req->body_lit_off = f->body_at;
+            req->body_lit_len = f->value_len - 1 - f->body_at;
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 #include "jstr.h"
 
 #include <jansson.h>
+#include <limits.h>
+#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -413,5 +415,30 @@ dd_err_t jstr_dump_compact(const struct json_t *v, bool sort_keys, char **out,
     }
     *out = b.p;
     *out_len = b.len;
+    return DD_OK;
+}
+
+dd_err_t jstr_body_literal(const void *p, size_t n, char **out,
+                           size_t *out_len, const char **key)
+{
+    dd_err_t err = jstr_quote(p, n, out, out_len);
+    if (key)
+        *key = "body";
+    if (err != DD_ERR_INVAL)
+        return err;
+    if (n > INT_MAX / 4 * 3)
+        return DD_ERR_INVAL;
+    if (key)
+        *key = "body_base64";
+    size_t b64 = 4 * ((n + 2) / 3);
+    char *b = malloc(b64 + 3);
+    if (!b)
+        return DD_ERR_NOMEM;
+    b[0] = '"';
+    int w = EVP_EncodeBlock((unsigned char *)b + 1, p, (int)n);
+    b[1 + w] = '"';
+    b[2 + w] = '\0';
+    *out = b;
+    *out_len = (size_t)w + 2;
     return DD_OK;
 }

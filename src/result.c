@@ -4,7 +4,6 @@
 #include "result.h"
 
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,31 +28,6 @@ void result_time_format(int64_t ms, char *buf, size_t size)
 static json_t *str_or_null(const char *s)
 {
     return s ? json_string(s) : json_null();
-}
-
-/* The body as a JSON literal (with quotes): the text itself when it is UTF-8
- * without NUL, else its base64 (RFC 4648 section 4).  jstr_quote writes what
- * jansson would, about 40x faster on page-sized bodies (jstr.h); the literal
- * is spliced into the dumped object by result_encode. */
-static dd_err_t body_literal(const unsigned char *p, size_t n, char **lit,
-                             size_t *lit_len, const char **key)
-{
-    dd_err_t err = jstr_quote(p, n, lit, lit_len);
-    *key = "body";
-    if (err != DD_ERR_INVAL)
-        return err;
-    *key = "body_base64";
-    size_t b64 = 4 * ((n + 2) / 3);
-    char *b = malloc(b64 + 3);
-    if (!b)
-        return DD_ERR_NOMEM;
-    b[0] = '"';
-    int w = EVP_EncodeBlock((unsigned char *)b + 1, p, (int)n);
-    b[1 + w] = '"';
-    b[2 + w] = '\0';
-    *lit = b;
-    *lit_len = (size_t)w + 2;
-    return DD_OK;
 }
 
 /* Detail levels of a result: everything; without the body; minimal (no body,
@@ -170,8 +144,8 @@ static json_t *encode(const struct job *job, const struct fetch_result *r,
             key_sha256_hex(r->body, r->body_len, digest);
         json_object_set_new(o, "body_sha256", json_string(digest));
         json_object_set_new(o, "bytes", json_integer((json_int_t)r->body_len));
-        if (with_body && body_literal(r->body, r->body_len, &body->lit,
-                                      &body->len, &body->key)) {
+        if (with_body && jstr_body_literal(r->body, r->body_len, &body->lit,
+                                           &body->len, &body->key)) {
             json_decref(o);
             return NULL;
         }
@@ -234,8 +208,12 @@ static dd_err_t shadow_encode(const struct job *job, uint64_t generation,
 
 dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                        uint64_t generation, size_t max_bytes, char **out,
-                       size_t *out_len, const char **outcome)
+                       size_t *out_len, const char **outcome,
+                       size_t *body_at)
 {
+    size_t at = 0;
+    if (body_at)
+        *body_at = 0;
     if (!r) {
         dd_err_t err = shadow_encode(job, generation, max_bytes, out, out_len);
         if (err != DD_ERR_INVAL) {
@@ -286,6 +264,7 @@ dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
                 w += klen;
                 *w++ = '"';
                 *w++ = ':';
+                at = (size_t)(w - t);
                 memcpy(w, body.lit, body.len);
                 w += body.len;
                 *w++ = '}';
@@ -302,9 +281,12 @@ dd_err_t result_encode(const struct job *job, const struct fetch_result *r,
         }
         if (n <= max_bytes)
             break;
+        at = 0;
     }
     *out = s;
     *out_len = n;
+    if (body_at)
+        *body_at = at;
     return DD_OK;
 }
 

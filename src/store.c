@@ -658,11 +658,58 @@ static dd_err_t complete_check(const char *fn, const char *op_id,
  * record and the outbox entry to \p wb.  *op is the record as it will be
  * written (for the index once the batch is durable).
  */
+/* A completion whose event's bytes [off, off + len) are the literal of a
+ * body the same WriteBatch puts (store_complete_req.body_lit_off). */
+struct body_ref {
+    const char *digest; /* hex SHA-256, the body's key in CF bodies */
+    uint64_t body_len;
+    size_t off, len;
+};
+
+/* Stage outbox entry \p n of \p ent: with \p ref, pinned (store_pins.c),
+ * without the literal and naming the body; else (or when the pin finds no
+ * memory) the whole event.  Head and the caller's bytes go in as slices:
+ * one copy, the batch's own. */
+static void outbox_stage(struct store *s, rocksdb_writebatch_t *wb,
+                         uint64_t n, struct store_codec_outbox *ent,
+                         const struct body_ref *ref, int64_t now_ms)
+{
+    const char *value = ent->value;
+    size_t value_len = ent->value_len;
+    if (ref && store_pins_add(&s->pins, n, now_ms)) {
+        ent->body_sha256 = ref->digest;
+        ent->body_len = ref->body_len;
+        ent->literal_len = (uint32_t)ref->len;
+        ent->written_at_ms = now_ms;
+        ent->value_len = ref->off;
+        ent->suffix = value + ref->off + ref->len;
+        ent->suffix_len = value_len - ref->off - ref->len;
+    }
+    unsigned char head[STORE_CODEC_HDR_LEN + 2 + STORE_KEY_MAX + 2
+                       + STORE_HASH_LEN + 8 + 8 + 2 + STORE_HASH_LEN + 8 + 4
+                       + 4];
+    size_t hlen = store_codec_outbox_encode_head(ent, head, sizeof(head));
+    assert(hlen > 0); /* bounded strings; value_len checked */
+    unsigned char mid[4];
+    size_t mlen = store_codec_outbox_encode_mid(ent, mid);
+    unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
+    store_codec_outbox_key(n, key);
+    const char *keys[1] = {(const char *)key};
+    size_t klens[1] = {sizeof(key)};
+    const char *vals[4] = {(const char *)head, ent->value_len ? value : "",
+                           (const char *)mid,
+                           ent->suffix_len ? ent->suffix : ""};
+    size_t vlens[4] = {hlen, ent->value_len, mlen, ent->suffix_len};
+    rocksdb_writebatch_putv_cf(wb, s->cf[CF_OUTBOX], 1, keys, klens,
+                               mlen ? 4 : 2, vals, vlens);
+}
+
 static dd_err_t complete_stage(struct store *s, const char *fn,
                                rocksdb_writebatch_t *wb, const char *op_id,
                                uint64_t generation, enum store_op_state state,
                                const char *category, uint32_t attempts,
                                const void *value, size_t value_len,
+                               const struct body_ref *ref,
                                int64_t now_ms, const struct store_op *held,
                                bool held_unwritten, bool acked,
                                struct store_op *op, uint64_t *seq,
@@ -728,7 +775,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     *seq = n;
     if (acked)
         return DD_OK;
-    const struct store_codec_outbox ent = {
+    struct store_codec_outbox ent = {
         .op_id = op_id,
         .op_id_len = idlen,
         .event_key = op->event_key,
@@ -737,20 +784,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
         .value = value,
         .value_len = value_len,
     };
-    /* the head, then the result from the caller's buffer: one copy (the
-     * batch's own), as the bodies */
-    unsigned char head[STORE_CODEC_HDR_LEN + 2 + STORE_KEY_MAX + 2
-                       + STORE_HASH_LEN + 8 + 4];
-    size_t hlen = store_codec_outbox_encode_head(&ent, head, sizeof(head));
-    assert(hlen > 0); /* bounded strings; value_len checked */
-    unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
-    store_codec_outbox_key(n, key);
-    const char *keys[1] = {(const char *)key};
-    size_t klens[1] = {sizeof(key)};
-    const char *vals[2] = {(const char *)head, value_len ? value : ""};
-    size_t vlens[2] = {hlen, value_len};
-    rocksdb_writebatch_putv_cf(wb, s->cf[CF_OUTBOX], 1, keys, klens, 2, vals,
-                               vlens);
+    outbox_stage(s, wb, n, &ent, ref, now_ms);
     return DD_OK;
 }
 
@@ -771,7 +805,8 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     struct store_op op;
     uint64_t n = 0;
     err = complete_stage(s, "store_complete", batch, op_id, generation, state,
-                         category, attempts, value, value_len, now_ms, NULL,
+                         category, attempts, value, value_len, NULL, now_ms,
+                         NULL,
                          false, false, &op, &n, errstr, errstr_size);
     if (err)
         goto out;
@@ -911,9 +946,18 @@ static size_t complete_batch_stage(struct store *s,
             r->err = DD_ERR_STATE;
             continue;
         }
+        /* the event's literal is the body this batch puts (by this
+         * request or a twin before it): the entry names the body */
+        struct body_ref ref = {cb->digests[i], (uint64_t)r->body_len,
+                               r->body_lit_off, r->body_lit_len};
+        bool named = r->validator_write == STORE_VALIDATOR_WRITTEN
+                     && r->body_lit_len >= 2
+                     && r->body_lit_off <= r->value_len
+                     && r->body_lit_len <= r->value_len - r->body_lit_off;
         r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
                                 r->generation, r->state, r->category,
-                                r->attempts, r->value, r->value_len, now_ms,
+                                r->attempts, r->value, r->value_len,
+                                named ? &ref : NULL, now_ms,
                                 r->held, r->held_unwritten, r->acked,
                                 &cb->ops[i], &r->seq, r->errstr,
                                 sizeof(r->errstr));
@@ -956,6 +1000,7 @@ static dd_err_t complete_batch_write(struct store *s,
         for (size_t i = 0; i < n; i++)
             if (!reqs[i].err) {
                 reqs[i].err = err;
+                store_pins_remove(&s->pins, reqs[i].seq); /* not written */
                 reqs[i].seq = 0;
                 reqs[i].validator_write = STORE_VALIDATOR_NONE;
                 snprintf(reqs[i].errstr, sizeof(reqs[i].errstr), "%s", text);
@@ -1110,8 +1155,10 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
     if (mark)
         store_index_put(s->idx, &k, &op, store_clock_ms(s),
                         STORE_INDEX_UPSERT);
-    if (existed)
+    if (existed) {
         atomic_fetch_sub(&s->pending, 1);
+        store_pins_remove(&s->pins, seq);
+    }
 out:
     pthread_mutex_unlock(mu);
     if (batch)
@@ -1214,6 +1261,7 @@ static dd_err_t ack_batch_stage(struct store *s,
             store_index_put(s->idx, &keys[i], &ops[i], now,
                             STORE_INDEX_UPSERT);
             atomic_fetch_sub(&s->pending, 1);
+            store_pins_remove(&s->pins, reqs[i].seq);
         }
 out:
     free(ks);
@@ -1305,8 +1353,20 @@ dd_err_t store_outbox_foreach(struct store *s, store_outbox_cb *cb,
         op_id[ent.op_id_len] = '\0';
         memcpy(event_key, ent.event_key, ent.event_key_len);
         event_key[ent.event_key_len] = '\0';
-        if (cb(opaque, seq, op_id, event_key, ent.generation, ent.value,
-               ent.value_len))
+        char *whole = NULL; /* an entry naming its body: rebuilt */
+        const void *value = ent.value;
+        size_t value_len = ent.value_len;
+        if (ent.body_sha256) {
+            err = store_cond_outbox_rebuild(s, &ent, seq, &whole, &value_len,
+                                            errstr, errstr_size);
+            if (err)
+                goto out;
+            value = whole;
+        }
+        int stop = cb(opaque, seq, op_id, event_key, ent.generation, value,
+                      value_len);
+        free(whole);
+        if (stop)
             break;
     }
     rocksdb_iter_get_error(it, &rerr);

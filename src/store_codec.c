@@ -21,6 +21,7 @@ static const char *const kind_cf[] = {
     [STORE_CODEC_RECEIPT] = "receipts",
     [STORE_CODEC_VALIDATOR] = "validators",
     [STORE_CODEC_BODY] = "bodies",
+    [STORE_CODEC_OUTBOX_REF] = "outbox",
 };
 
 /* Set a decoder's error text.  It quotes a key (an op_id or resource key
@@ -470,17 +471,43 @@ size_t store_codec_outbox_size(size_t op_id_len, size_t event_key_len,
            + value_len;
 }
 
+size_t store_codec_outbox_len(const struct store_codec_outbox *ent)
+{
+    size_t n = store_codec_outbox_size(ent->op_id_len, ent->event_key_len,
+                                       ent->value_len);
+    if (ent->body_sha256)
+        n += 8 + 2 + STORE_HASH_LEN + 8 + 4 + 4 + ent->suffix_len;
+    return n;
+}
+
 size_t store_codec_outbox_encode_head(const struct store_codec_outbox *ent,
                                       unsigned char *buf, size_t cap)
 {
-    if (ent->value_len > UINT32_MAX)
+    if (ent->value_len > UINT32_MAX || ent->suffix_len > UINT32_MAX)
         return 0;
     struct enc e = {buf, cap, 0, false};
-    enc_header(&e, STORE_CODEC_OUTBOX, 0);
+    enc_header(&e, ent->body_sha256 ? STORE_CODEC_OUTBOX_REF
+                                    : STORE_CODEC_OUTBOX, 0);
     enc_str(&e, ent->op_id, ent->op_id_len);
     enc_str(&e, ent->event_key, ent->event_key_len);
     enc_u64(&e, ent->generation);
+    if (ent->body_sha256) {
+        enc_u64(&e, (uint64_t)ent->written_at_ms);
+        enc_str(&e, ent->body_sha256, STORE_HASH_LEN);
+        enc_u64(&e, ent->body_len);
+        enc_u32(&e, ent->literal_len);
+    }
     enc_u32(&e, (uint32_t)ent->value_len);
+    return enc_done(&e);
+}
+
+size_t store_codec_outbox_encode_mid(const struct store_codec_outbox *ent,
+                                     unsigned char buf[4])
+{
+    if (!ent->body_sha256 || ent->suffix_len > UINT32_MAX)
+        return 0;
+    struct enc e = {buf, 4, 0, false};
+    enc_u32(&e, (uint32_t)ent->suffix_len);
     return enc_done(&e);
 }
 
@@ -488,11 +515,18 @@ size_t store_codec_outbox_encode(const struct store_codec_outbox *ent,
                                  unsigned char *buf, size_t cap)
 {
     size_t head = store_codec_outbox_encode_head(ent, buf, cap);
-    if (!head || cap - head < ent->value_len)
+    if (!head || cap < store_codec_outbox_len(ent))
         return 0;
+    size_t n = head;
     if (ent->value_len)
-        memcpy(buf + head, ent->value, ent->value_len);
-    return head + ent->value_len;
+        memcpy(buf + n, ent->value, ent->value_len);
+    n += ent->value_len;
+    if (!ent->body_sha256)
+        return n;
+    n += store_codec_outbox_encode_mid(ent, buf + n);
+    if (ent->suffix_len)
+        memcpy(buf + n, ent->suffix, ent->suffix_len);
+    return n + ent->suffix_len;
 }
 
 dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
@@ -503,17 +537,33 @@ dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
     char kbuf[24];
     int kn = snprintf(kbuf, sizeof(kbuf), "%llu", (unsigned long long)seq);
     int64_t expires_at = 0;
-    dd_err_t err = dec_header(&d, STORE_CODEC_OUTBOX, &expires_at, kbuf,
-                              (size_t)kn, errstr, errstr_size);
+    bool ref = len >= 2 && ((const unsigned char *)val)[1]
+                               == STORE_CODEC_OUTBOX_REF;
+    dd_err_t err = dec_header(&d, ref ? STORE_CODEC_OUTBOX_REF
+                                      : STORE_CODEC_OUTBOX,
+                              &expires_at, kbuf, (size_t)kn, errstr,
+                              errstr_size);
     if (err)
         return err;
     memset(ent, 0, sizeof(*ent));
     ent->op_id = dec_str_ref(&d, STORE_KEY_MAX, &ent->op_id_len);
     ent->event_key = dec_str_ref(&d, STORE_HASH_LEN, &ent->event_key_len);
     ent->generation = dec_u64(&d);
+    size_t hash_len = STORE_HASH_LEN;
+    if (ref) {
+        ent->written_at_ms = (int64_t)dec_u64(&d);
+        ent->body_sha256 = dec_str_ref(&d, STORE_HASH_LEN, &hash_len);
+        ent->body_len = dec_u64(&d);
+        ent->literal_len = dec_u32(&d);
+    }
     ent->value_len = dec_u32(&d);
     ent->value = dec_bytes(&d, ent->value_len);
-    if (d.bad || d.off != d.len || ent->op_id_len == 0) {
+    if (ref) {
+        ent->suffix_len = dec_u32(&d);
+        ent->suffix = dec_bytes(&d, ent->suffix_len);
+    }
+    if (d.bad || d.off != d.len || ent->op_id_len == 0
+        || hash_len != STORE_HASH_LEN || (ref && ent->literal_len < 2)) {
         errstr_set_clean(errstr, errstr_size,
                          "store: outbox entry %s is corrupt (%zu bytes)", kbuf,
                          len);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jstr.h"
 #include "key.h"
 
 /* NULL, or at most max bytes without a control character (CR and LF would
@@ -249,4 +250,70 @@ dd_err_t store_body_get(struct store *s, const char *body_sha256,
     *len = blen;
     *found = true;
     return DD_OK;
+}
+
+dd_err_t store_cond_outbox_rebuild(struct store *s,
+                                   const struct store_codec_outbox *ent,
+                                   uint64_t seq, char **out, size_t *out_len,
+                                   char *errstr, size_t errstr_size)
+{
+    char digest[STORE_HASH_LEN + 1];
+    memcpy(digest, ent->body_sha256, STORE_HASH_LEN);
+    digest[STORE_HASH_LEN] = '\0';
+    /* expired or not: the pins kept it from compaction (store_pins.c) */
+    rocksdb_pinnableslice_t *pin = NULL;
+    const void *body = NULL;
+    size_t body_len = 0;
+    dd_err_t err = body_read(s, "store_outbox_foreach", digest, INT64_MIN,
+                             &pin, &body, &body_len, errstr, errstr_size);
+    if (err)
+        return err == DD_ERR_IO ? err : DD_ERR_FATAL;
+    char *lit = NULL;
+    size_t lit_len = 0;
+    if (!pin || body_len != ent->body_len) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: outbox entry %llu of op %.*s names body %s "
+                      "(%llu bytes), %s: its result cannot be rebuilt",
+                      (unsigned long long)seq,
+                      (int)(ent->op_id_len > 64 ? 64 : ent->op_id_len),
+                      ent->op_id, digest, (unsigned long long)ent->body_len,
+                      pin ? "of another length" : "absent");
+        err = DD_ERR_FATAL;
+        goto out;
+    }
+    err = jstr_body_literal(body, body_len, &lit, &lit_len, NULL);
+    if (err == DD_ERR_NOMEM) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_outbox_foreach: out of memory");
+        goto out;
+    }
+    if (err || lit_len != ent->literal_len) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store: outbox entry %llu of op %.*s: the literal of "
+                      "body %s is %zu bytes, the entry says %u",
+                      (unsigned long long)seq,
+                      (int)(ent->op_id_len > 64 ? 64 : ent->op_id_len),
+                      ent->op_id, digest, lit_len, ent->literal_len);
+        err = DD_ERR_FATAL;
+        goto out;
+    }
+    size_t n = ent->value_len + lit_len + ent->suffix_len;
+    char *v = malloc(n + 1);
+    if (!v) {
+        dd_errstr_set(errstr, errstr_size,
+                      "store_outbox_foreach: out of memory");
+        err = DD_ERR_NOMEM;
+        goto out;
+    }
+    memcpy(v, ent->value, ent->value_len);
+    memcpy(v + ent->value_len, lit, lit_len);
+    memcpy(v + ent->value_len + lit_len, ent->suffix, ent->suffix_len);
+    v[n] = '\0';
+    *out = v;
+    *out_len = n;
+out:
+    free(lit);
+    if (pin)
+        rocksdb_pinnableslice_destroy(pin);
+    return err;
 }

@@ -83,6 +83,20 @@ static const char *ttl_filter_name(void *state)
     return "dedupd.ttl";
 }
 
+/* The expires_at of a record the filters understand; false for the rest
+ * (a newer layout's records), which they keep.
+ * @locality RocksDB's compaction threads. */
+static bool filter_expires_at(const char *value, size_t value_length,
+                              int64_t *expires_at)
+{
+    if (value_length < STORE_CODEC_HDR_LEN
+        || (unsigned char)value[0] != STORE_LAYOUT_V1)
+        return false;
+    *expires_at =
+        (int64_t)store_codec_le64_get((const unsigned char *)value + 8);
+    return true;
+}
+
 /* @locality RocksDB's compaction threads: reads only the store's filter
  * clock (atomic). */
 static unsigned char ttl_filter(void *state, int level, const char *key,
@@ -97,13 +111,45 @@ static unsigned char ttl_filter(void *state, int level, const char *key,
     (void)new_value;
     (void)new_value_length;
     *value_changed = 0;
-    /* keep what we do not understand (a newer layout's records) */
-    if (value_length < STORE_CODEC_HDR_LEN
-        || (unsigned char)value[0] != STORE_LAYOUT_V1)
+    int64_t expires_at;
+    return filter_expires_at(value, value_length, &expires_at)
+                   && store_record_expired(expires_at, store_clock_ms(state))
+               ? 1
+               : 0;
+}
+
+/* @locality RocksDB's compaction threads. */
+static const char *body_filter_name(void *state)
+{
+    (void)state;
+    return "dedupd.ttl.bodies";
+}
+
+/* The TTL filter of CF bodies: as ttl_filter, but a body is dropped only
+ * when it also expired before the pins' floor (store_pins.c): a body a
+ * pending outbox entry names is kept, whatever its age.
+ * @locality RocksDB's compaction threads: reads the filter clock and the
+ * floor (atomics). */
+static unsigned char body_filter(void *state, int level, const char *key,
+                                 size_t key_length, const char *value,
+                                 size_t value_length, char **new_value,
+                                 size_t *new_value_length,
+                                 unsigned char *value_changed)
+{
+    struct store *s = state;
+    (void)level;
+    (void)key;
+    (void)key_length;
+    (void)new_value;
+    (void)new_value_length;
+    *value_changed = 0;
+    int64_t expires_at;
+    if (!filter_expires_at(value, value_length, &expires_at))
         return 0;
-    int64_t expires_at =
-        (int64_t)store_codec_le64_get((const unsigned char *)value + 8);
-    return store_record_expired(expires_at, store_clock_ms(state)) ? 1 : 0;
+    int64_t now = store_clock_ms(s);
+    int64_t floor = atomic_load(&s->pins.floor_ms);
+    return store_record_expired(expires_at, floor < now ? floor : now) ? 1
+                                                                       : 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -243,6 +289,10 @@ static void set_options(struct store *s, const struct store_conf *conf)
                                                 ttl_filter, ttl_filter_name);
     s->ttl_opts = rocksdb_options_create_copy(s->opts);
     rocksdb_options_set_compaction_filter(s->ttl_opts, s->filter);
+    s->body_filter = rocksdb_compactionfilter_create(
+        s, ttl_filter_destroy, body_filter, body_filter_name);
+    s->body_opts = rocksdb_options_create_copy(s->opts);
+    rocksdb_options_set_compaction_filter(s->body_opts, s->body_filter);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
@@ -254,11 +304,16 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_writeoptions_set_sync(s->wopts_nosync, 0);
 }
 
-static bool is_ttl_cf(int i)
+/* The options of column family \p i: with the TTL filter for the expiring
+ * ones, the pins' for the bodies. */
+static const rocksdb_options_t *cf_opts(const struct store *s, int i)
 {
-    return i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS
-           || i == CF_SEEN || i == CF_RECEIPTS || i == CF_VALIDATORS
-           || i == CF_BODIES;
+    if (i == CF_BODIES)
+        return s->body_opts;
+    if (i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS || i == CF_SEEN
+        || i == CF_RECEIPTS || i == CF_VALIDATORS)
+        return s->ttl_opts;
+    return s->opts;
 }
 
 /* mkdir -p of the directories above \p path (RocksDB creates only the last
@@ -360,7 +415,7 @@ static dd_err_t db_open(struct store *s, char *errstr, size_t errstr_size)
     size_t n = 0;
     for (int i = 0; i < CF_N; i++, n++) {
         names[n] = store_cf_names[i];
-        copts[n] = is_ttl_cf(i) ? s->ttl_opts : s->opts;
+        copts[n] = cf_opts(s, i);
     }
     for (size_t j = 0; j < listed_n; j++) {
         bool ours = false;
@@ -490,9 +545,31 @@ static dd_err_t init_outbox(struct store *s, char *errstr, size_t errstr_size)
         if (last + 1 > next)
             next = last + 1;
     }
+    /* count the entries; pin those that name their body (store_pins.c)
+     * before the bodies' filter may drop anything */
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
-         rocksdb_iter_next(it))
+         rocksdb_iter_next(it)) {
         count++;
+        size_t klen = 0, vlen = 0;
+        const char *k = rocksdb_iter_key(it, &klen);
+        const char *v = rocksdb_iter_value(it, &vlen);
+        if (klen != STORE_CODEC_OUTBOX_KEY_LEN || vlen < 2
+            || (unsigned char)v[1] != STORE_CODEC_OUTBOX_REF)
+            continue;
+        uint64_t seq = store_codec_be64_get((const unsigned char *)k);
+        struct store_codec_outbox ent;
+        err = store_codec_outbox_decode(v, vlen, seq, &ent, errstr,
+                                        errstr_size);
+        if (err)
+            goto out;
+        if (!store_pins_add(&s->pins, seq, ent.written_at_ms)) {
+            dd_errstr_set(errstr, errstr_size,
+                          "store at %s: out of memory pinning the bodies of "
+                          "pending outbox entries", s->path);
+            err = DD_ERR_NOMEM;
+            goto out;
+        }
+    }
     rocksdb_iter_get_error(it, &rerr);
     if (rerr) {
         err = store_rdb_fail(rerr, "rocksdb_iter(outbox)", s->path, errstr,
@@ -502,6 +579,7 @@ static dd_err_t init_outbox(struct store *s, char *errstr, size_t errstr_size)
     atomic_store(&s->next_seq, next);
     atomic_store(&s->seq_reserved, next); /* first use writes a reservation */
     atomic_store(&s->pending, count);
+    store_pins_ready(&s->pins);
 out:
     rocksdb_iter_destroy(it);
     return err;
@@ -688,6 +766,7 @@ static void open_init(struct store *s, const struct store_conf *conf)
     atomic_init(&s->next_seq, 1);
     atomic_init(&s->seq_reserved, 1);
     atomic_init(&s->pending, 0);
+    store_pins_init(&s->pins);
 
     for (; s->stripes_init < STORE_STRIPES; s->stripes_init++)
         pthread_mutex_init(&s->stripes[s->stripes_init], NULL);
@@ -749,8 +828,10 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
     if (err)
         goto out;
     log_msg(LOG_INFO, "STORE",
-            "opened %s as %s: %llu pending outbox entries, next seq %llu",
+            "opened %s as %s: %llu pending outbox entries (%zu naming "
+            "their body), next seq %llu",
             s->path, s->owner, (unsigned long long)atomic_load(&s->pending),
+            store_pins_count(&s->pins),
             (unsigned long long)atomic_load(&s->next_seq));
 out:
     if (err) {
@@ -776,10 +857,14 @@ static void close_db(struct store *s)
         rocksdb_close(s->db);
     if (s->ttl_opts)
         rocksdb_options_destroy(s->ttl_opts);
+    if (s->body_opts)
+        rocksdb_options_destroy(s->body_opts);
     if (s->opts)
         rocksdb_options_destroy(s->opts);
     if (s->filter)
         rocksdb_compactionfilter_destroy(s->filter);
+    if (s->body_filter)
+        rocksdb_compactionfilter_destroy(s->body_filter);
     if (s->bbto)
         rocksdb_block_based_options_destroy(s->bbto);
     if (s->cache)
@@ -825,8 +910,10 @@ void store_close(struct store *s)
     close_db(s);
     for (int i = 0; i < s->stripes_init; i++)
         pthread_mutex_destroy(&s->stripes[i]);
-    if (s->seq_mu_init)
+    if (s->seq_mu_init) { /* open_init ran: the pins too */
         pthread_mutex_destroy(&s->seq_mu);
+        store_pins_destroy(&s->pins);
+    }
     if (s->sync_mu_init) {
         pthread_mutex_destroy(&s->sync_mu);
         pthread_cond_destroy(&s->sync_cv);

@@ -8,6 +8,8 @@
  *                  compaction filter, the group-commit thread, open and
  *                  close, the index rebuild
  *   store_cond.c   validators and bodies (conditional refetch)
+ *   store_pins.c   the outbox entries that name their body, and the floor
+ *                  below which the bodies' TTL filter may drop a body
  *   store_marks.c  conflicts, seen marks, receipts
  *   store_changelog.c  the changelog's side: changelog values, releases,
  *                  restore, checkpoints
@@ -61,6 +63,28 @@ extern const char *const store_cf_names[CF_N];
 #define STORE_META_LAYOUT_KEY "layout_version"
 #define STORE_META_SEQ_KEY "outbox_seq_reserved"
 
+/* The outbox entries that name their body, and the floor of their
+ * completion times (store_pins.c). */
+struct store_pin {
+    uint64_t seq;    /* the outbox entry */
+    int64_t bucket;  /* second of its completion; INT64_MIN: removed */
+};
+struct store_pin_bucket {
+    int64_t bucket;  /* a second (ms / 1000) */
+    uint64_t count;  /* pins of it */
+};
+struct store_pins {
+    pthread_mutex_t mu;
+    struct store_pin *pins;          /* [head, n) sorted by seq */
+    size_t head, n, cap;
+    struct store_pin_bucket *buckets; /* [bhead, bn) sorted by bucket */
+    size_t bhead, bn, bcap;
+    bool ready;                      /* the open's scan is done */
+    /* the bodies' TTL filter drops no body with expires_at >= this: the
+     * first pinned second, INT64_MAX with none, INT64_MIN until ready */
+    _Atomic int64_t floor_ms;
+};
+
 struct store {
     rocksdb_t *db;
     rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
@@ -68,6 +92,8 @@ struct store {
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
+    rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter */
+    rocksdb_compactionfilter_t *body_filter;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
     rocksdb_writeoptions_t *wopts_nosync; /* never synced: claims, outbox
@@ -108,6 +134,7 @@ struct store {
     _Atomic uint64_t next_seq;           /* next outbox seq to hand out */
     _Atomic uint64_t seq_reserved;       /* persisted bound (exclusive) */
     _Atomic uint64_t pending;            /* outbox entries */
+    struct store_pins pins;              /* entries naming their body */
 
     /* hot index, and its rebuild thread (store_db.c) */
     struct store_index *idx;
@@ -192,6 +219,35 @@ dd_err_t store_op_write(struct store *s, const char *op_id,
 /* A write of ops failed: the hot index is off until reopen.  @locality any
  * thread.  (store.c) */
 void store_index_write_failed(struct store *s);
+
+/* The event of outbox entry \p seq, which names its body (ent->body_sha256
+ * set): prefix + the body's literal + suffix, malloc'd into *out (the caller
+ * frees it).  The body is read whatever its expiry (the pins kept it).
+ * @returns DD_OK; DD_ERR_FATAL when the body is absent or does not give the
+ * literal the entry recorded (named in errstr); DD_ERR_IO; DD_ERR_NOMEM.
+ * @locality any thread.  (store_cond.c) */
+struct store_codec_outbox;
+dd_err_t store_cond_outbox_rebuild(struct store *s,
+                                   const struct store_codec_outbox *ent,
+                                   uint64_t seq, char **out, size_t *out_len,
+                                   char *errstr, size_t errstr_size);
+
+/* store_pins.c.  @locality any thread (the filter reads floor_ms only). */
+void store_pins_init(struct store_pins *p);
+void store_pins_destroy(struct store_pins *p);
+/* Pin outbox entry \p seq, completed at \p written_at_ms (before the write
+ * that puts it).  @returns false when out of memory (or \p seq is pinned
+ * already, which a fresh seq never is): the caller then keeps
+ * the whole event in the entry. */
+bool store_pins_add(struct store_pins *p, uint64_t seq,
+                    int64_t written_at_ms);
+/* Unpin \p seq (after the write that deleted its entry); no-op when it is
+ * not pinned. */
+void store_pins_remove(struct store_pins *p, uint64_t seq);
+/* The open's scan pinned every pending entry: the floor applies. */
+void store_pins_ready(struct store_pins *p);
+/* Live pins (tests and the open's log line; O(pins)). */
+size_t store_pins_count(struct store_pins *p);
 
 /* Group commit: a ticket for the write just made (durable once
  * store_durable() reaches it), waking the syncer; 0 without group commit.

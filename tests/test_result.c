@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fetch.h"
 #include "job.h"
+#include "jstr.h"
 #include "key.h"
 #include "result.h"
 #include "store.h"
@@ -219,14 +221,14 @@ START_TEST(test_result_shadow_is_the_trees_bytes)
             size_t len = 0;
             const char *outcome = NULL;
             ck_assert_int_eq(result_encode(j, NULL, gens[g], 1 << 20, &got,
-                                           &len, &outcome), DD_OK);
+                                           &len, &outcome, NULL), DD_OK);
             ck_assert_str_eq(outcome, "shadow");
             ck_assert_uint_eq(len, strlen(want));
             ck_assert_str_eq(got, want);
             free(got);
             /* above max_bytes: the smaller forms of the tree */
             ck_assert_int_eq(result_encode(j, NULL, gens[g], strlen(want) - 1,
-                                           &got, &len, &outcome), DD_OK);
+                                           &got, &len, &outcome, NULL), DD_OK);
             ck_assert_str_eq(outcome, "failed");
             ck_assert_ptr_nonnull(strstr(got, "\"too_large\""));
             free(got);
@@ -234,6 +236,76 @@ START_TEST(test_result_shadow_is_the_trees_bytes)
         }
         job_destroy(j);
     }
+}
+END_TEST
+
+/* body_at: where the body's literal starts; the literal runs to the
+ * closing brace and is jstr_body_literal of the body (what the store keeps
+ * apart, store_complete_req.body_lit_off); 0 without a body, or when the
+ * body was dropped for max_bytes. */
+START_TEST(test_result_body_at_is_the_literal_of_the_body)
+{
+    key_global_init();
+    struct job_conf jc = {0};
+    const char *src = "{\"url\":\"https://example.com/a\"}";
+    struct job *j = NULL;
+    char e[256];
+    ck_assert_msg(job_parse(&jc, src, strlen(src), &j, e, sizeof(e)) == DD_OK,
+                  "%s", e);
+    static unsigned char text[] = "<p>\"a\" page\n</p>";
+    static unsigned char bin[] = {0x89, 'P', 'N', 'G', 0, 1};
+    struct { unsigned char *b; size_t n; } bodies[] = {
+        {text, sizeof(text) - 1}, {bin, sizeof(bin)}};
+    for (size_t i = 0; i < 2; i++) {
+        struct fetch_result r;
+        memset(&r, 0, sizeof(r));
+        r.ok = true;
+        r.status = 200;
+        r.body = bodies[i].b;
+        r.body_len = bodies[i].n;
+        r.attempts = 1;
+        char *out = NULL;
+        size_t len = 0, at = 99;
+        const char *outcome = NULL;
+        ck_assert_int_eq(result_encode(j, &r, 1, 1 << 20, &out, &len,
+                                       &outcome, &at), DD_OK);
+        ck_assert_str_eq(outcome, "fetched");
+        char *lit = NULL;
+        size_t lit_len = 0;
+        ck_assert_int_eq(jstr_body_literal(bodies[i].b, bodies[i].n, &lit,
+                                           &lit_len, NULL), DD_OK);
+        ck_assert_uint_gt(at, 0);
+        ck_assert_uint_eq(at + lit_len + 1, len);
+        ck_assert_mem_eq(out + at, lit, lit_len);
+        ck_assert_int_eq(out[len - 1], '}');
+        const char *key = i ? "\"body_base64\":" : "\"body\":";
+        ck_assert_mem_eq(out + at - strlen(key), key, strlen(key));
+        json_t *o = json_loads(out, 0, NULL);
+        ck_assert_ptr_nonnull(o);
+        json_decref(o);
+        free(out);
+        /* too large with the body: re-encoded without it, body_at 0 */
+        at = 99;
+        ck_assert_int_eq(result_encode(j, &r, 1, len - 1, &out, &len,
+                                       &outcome, &at), DD_OK);
+        ck_assert_str_eq(outcome, "failed");
+        ck_assert_uint_eq(at, 0);
+        free(out);
+        free(lit);
+    }
+    /* no body */
+    struct fetch_result r;
+    memset(&r, 0, sizeof(r));
+    r.ok = true;
+    r.status = 204;
+    char *out = NULL;
+    size_t len = 0, at = 99;
+    const char *outcome = NULL;
+    ck_assert_int_eq(result_encode(j, &r, 1, 1 << 20, &out, &len, &outcome,
+                                   &at), DD_OK);
+    ck_assert_uint_eq(at, 0);
+    free(out);
+    job_destroy(j);
 }
 END_TEST
 
@@ -246,6 +318,7 @@ Suite *result_suite(void)
     tcase_add_test(tc, test_result_op_encode_live_is_the_v1_ops_json);
     tcase_add_test(tc, test_result_op_outbox_str_names_each_state);
     tcase_add_test(tc, test_result_shadow_is_the_trees_bytes);
+    tcase_add_test(tc, test_result_body_at_is_the_literal_of_the_body);
     suite_add_tcase(s, tc);
     return s;
 }

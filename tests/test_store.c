@@ -28,6 +28,7 @@
 
 #include <rocksdb/c.h>
 
+#include "jstr.h"
 #include "key.h"
 #include "store.h"
 #include "store_codec.h"
@@ -3070,6 +3071,284 @@ START_TEST(test_store_without_validator_cfs_opens_and_gets_them)
 }
 END_TEST
 
+/* ---------------------------------------------------------------------- */
+/* outbox entries naming their body (issue 13: the page written once)    */
+
+#define RAW_OUTBOX 2
+
+/* The event a fetched result would be: a head, then "body":LITERAL}. */
+struct named_event {
+    char *value;
+    size_t len, off, lit_len;
+};
+
+static struct named_event named_event(const char *op_id, const void *body,
+                                      size_t body_len)
+{
+    char *lit = NULL;
+    size_t lit_len = 0;
+    const char *key = NULL;
+    ck_assert_int_eq(jstr_body_literal(body, body_len, &lit, &lit_len, &key),
+                     DD_OK);
+    struct named_event e = {0};
+    char head[256];
+    int h = snprintf(head, sizeof(head), "{\"op_id\":\"%s\",\"%s\":", op_id,
+                     key);
+    e.len = (size_t)h + lit_len + 1;
+    e.value = malloc(e.len + 1);
+    ck_assert_ptr_nonnull(e.value);
+    memcpy(e.value, head, (size_t)h);
+    memcpy(e.value + h, lit, lit_len);
+    e.value[e.len - 1] = '}';
+    e.value[e.len] = '\0';
+    e.off = (size_t)h;
+    e.lit_len = lit_len;
+    free(lit);
+    return e;
+}
+
+static struct store_complete_req named_req(const char *op_id, const char *rk,
+                                           const void *body, size_t body_len,
+                                           const struct named_event *e)
+{
+    struct store_complete_req r = val_req(op_id, rk, NULL);
+    r.body = body;
+    r.body_len = body_len;
+    r.value = e->value;
+    r.value_len = e->len;
+    r.body_lit_off = e->off;
+    r.body_lit_len = e->lit_len;
+    return r;
+}
+
+/* Every pending entry's event, whole, in seq order. */
+struct whole_events {
+    int n;
+    uint64_t seq[4];
+    char *value[4];
+    size_t len[4];
+};
+
+static int whole_cb(void *opaque, uint64_t seq, const char *op_id,
+                    const char *event_key, uint64_t generation,
+                    const void *value, size_t value_len)
+{
+    (void)op_id;
+    (void)event_key;
+    (void)generation;
+    struct whole_events *w = opaque;
+    ck_assert_int_lt(w->n, 4);
+    w->seq[w->n] = seq;
+    w->value[w->n] = malloc(value_len + 1);
+    memcpy(w->value[w->n], value, value_len);
+    w->len[w->n++] = value_len;
+    return 0;
+}
+
+static dd_err_t whole_events(struct whole_events *w)
+{
+    memset(w, 0, sizeof(*w));
+    return store_outbox_foreach(g_st, whole_cb, w, g_err, sizeof(g_err));
+}
+
+static void whole_events_free(struct whole_events *w)
+{
+    for (int i = 0; i < w->n; i++)
+        free(w->value[i]);
+}
+
+/* The raw outbox entry of \p seq (store closed): its record type, and
+ * whether its bytes hold \p needle. */
+static int raw_outbox_kind(struct raw *raw, uint64_t seq, const char *needle,
+                           bool *holds)
+{
+    unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
+    store_codec_outbox_key(seq, key);
+    char *err = NULL;
+    size_t vlen = 0;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    char *v = rocksdb_get_cf(raw->db, ro, raw->cf[RAW_OUTBOX],
+                             (const char *)key, sizeof(key), &vlen, &err);
+    rocksdb_readoptions_destroy(ro);
+    ck_assert_msg(err == NULL, "raw get: %s", err ? err : "");
+    if (!v)
+        return 0;
+    *holds = memmem(v, vlen, needle, strlen(needle)) != NULL;
+    int kind = vlen > 1 ? (unsigned char)v[1] : -1;
+    rocksdb_free(v);
+    return kind;
+}
+
+START_TEST(test_store_outbox_names_the_body_it_writes_and_rebuilds_it)
+{
+    /* a text page (quoted) and a binary one (base64) */
+    const char *page = "<p>\"quoted\" page\n\\ with some length to it</p>";
+    static const unsigned char bin[] = {0x89, 'P', 'N', 'G', 0, 1, 2, 0xff};
+    struct named_event e1 = named_event("op-1", page, strlen(page));
+    struct named_event e2 = named_event("op-2", bin, sizeof(bin));
+    ck_assert_ptr_nonnull(strstr(e2.value, "\"body_base64\":"));
+    /* op-3: a literal given, but no validator (nothing in "bodies"): the
+     * entry keeps the whole event */
+    struct named_event e3 = named_event("op-3", page, strlen(page));
+    struct store_complete_req r[3] = {
+        named_req("op-1", RK1, page, strlen(page), &e1),
+        named_req("op-2", RK2, bin, sizeof(bin), &e2),
+        named_req("op-3", RK3, page, strlen(page), &e3),
+    };
+    r[2].etag = NULL;
+    r[2].last_modified = NULL;
+    claim_complete(r, 3, T0);
+    ck_assert_int_eq(r[0].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert_int_eq(r[1].validator_write, STORE_VALIDATOR_WRITTEN);
+    ck_assert_int_eq(r[2].validator_write, STORE_VALIDATOR_CLEARED);
+
+    struct whole_events w;
+    ck_assert_int_eq(whole_events(&w), DD_OK);
+    ck_assert_int_eq(w.n, 3);
+    const struct named_event *want[3] = {&e1, &e2, &e3};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(w.seq[i], r[i].seq);
+        ck_assert_uint_eq(w.len[i], want[i]->len);
+        ck_assert_mem_eq(w.value[i], want[i]->value, want[i]->len);
+    }
+    whole_events_free(&w);
+
+    /* on disk: the page once, in "bodies"; op-3's entry holds its event */
+    struct raw raw;
+    raw_open(&raw);
+    bool holds = true;
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[0].seq, "with some length",
+                                     &holds), STORE_CODEC_OUTBOX_REF);
+    ck_assert(!holds);
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[1].seq, "op-2", &holds),
+                     STORE_CODEC_OUTBOX_REF);
+    ck_assert(holds);
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[2].seq, "with some length",
+                                     &holds), STORE_CODEC_OUTBOX);
+    ck_assert(holds);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+
+    /* long past the bodies' TTL: pending entries keep their bodies from
+     * compaction (reads for conditional refetch call them expired) */
+    char d1[KEY_HEX_LEN + 1];
+    key_sha256_hex(page, strlen(page), d1);
+    store_set_filter_clock(g_st, T0 + 3 * VAL_TTL);
+    store_compact(g_st);
+    ck_assert(!bget(d1, T0 + VAL_TTL + 1, NULL));
+    ck_assert(bget(d1, 0, page));
+    ck_assert_int_eq(whole_events(&w), DD_OK);
+    ck_assert_int_eq(w.n, 3);
+    ck_assert_mem_eq(w.value[0], e1.value, e1.len);
+    ck_assert_mem_eq(w.value[1], e2.value, e2.len);
+    whole_events_free(&w);
+
+    /* op-1 acknowledged: its body still stays, since op-2, completed in
+     * the same second, is pending (the floor is a time, not a list) */
+    ck_assert_int_eq(store_outbox_ack(g_st, r[0].seq, "op-1", g_err,
+                                      sizeof(g_err)), DD_OK);
+    store_compact(g_st);
+    ck_assert(bget(d1, 0, page));
+    ck_assert_int_eq(whole_events(&w), DD_OK);
+    ck_assert_int_eq(w.n, 2);
+    ck_assert_mem_eq(w.value[0], e2.value, e2.len);
+    whole_events_free(&w);
+    struct store_outbox_ack_req a[2] = {{.seq = r[1].seq, .op_id = "op-2"},
+                                        {.seq = r[2].seq, .op_id = "op-3"}};
+    ck_assert_int_eq(store_outbox_ack_batch(g_st, a, 2, g_err,
+                                            sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(a[0].err, DD_OK);
+    store_compact(g_st);
+    store_set_filter_clock(g_st, 0);
+    raw_open(&raw);
+    ck_assert_uint_eq(raw_count(&raw, RAW_BODIES), 0);
+    raw_close(&raw);
+    reopen_as("a", "r3");
+    free(e1.value);
+    free(e2.value);
+    free(e3.value);
+}
+END_TEST
+
+/* The floor follows the oldest pending completion: a body that expired
+ * before it goes, one written at or after it stays. */
+START_TEST(test_store_outbox_body_floor_follows_the_oldest_pending_entry)
+{
+    const char *p1 = "the first page", *p2 = "the second page";
+    struct named_event e1 = named_event("op-1", p1, strlen(p1));
+    struct named_event e2 = named_event("op-2", p2, strlen(p2));
+    struct store_complete_req r1 = named_req("op-1", RK1, p1, strlen(p1),
+                                             &e1);
+    struct store_complete_req r2 = named_req("op-2", RK2, p2, strlen(p2),
+                                             &e2);
+    int64_t t2 = T0 + VAL_TTL + 5000;
+    claim_complete(&r1, 1, T0);
+    claim_complete(&r2, 1, t2);
+    char d1[KEY_HEX_LEN + 1], d2[KEY_HEX_LEN + 1];
+    key_sha256_hex(p1, strlen(p1), d1);
+    key_sha256_hex(p2, strlen(p2), d2);
+    store_set_filter_clock(g_st, t2 + 2 * VAL_TTL);
+    store_compact(g_st);
+    ck_assert(bget(d1, 0, p1));
+    ck_assert(bget(d2, 0, p2));
+    ck_assert_int_eq(store_outbox_ack(g_st, r1.seq, "op-1", g_err,
+                                      sizeof(g_err)), DD_OK);
+    store_compact(g_st);
+    ck_assert(!bget(d1, 0, NULL));
+    ck_assert(bget(d2, 0, p2));
+    struct whole_events w;
+    ck_assert_int_eq(whole_events(&w), DD_OK);
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_mem_eq(w.value[0], e2.value, e2.len);
+    whole_events_free(&w);
+    store_set_filter_clock(g_st, 0);
+    free(e1.value);
+    free(e2.value);
+}
+END_TEST
+
+/* The pins come back at open: a store closed with an entry pending keeps
+ * its body through compactions after the reopen; an entry whose body is
+ * gone stops the replay, naming it. */
+START_TEST(test_store_outbox_body_pinned_across_reopen_and_absent_is_fatal)
+{
+    const char *page = "a page of some bytes";
+    struct named_event e = named_event("op-1", page, strlen(page));
+    struct store_complete_req r = named_req("op-1", RK1, page, strlen(page),
+                                            &e);
+    claim_complete(&r, 1, T0);
+    reopen_as("a", "r2");
+    char d[KEY_HEX_LEN + 1];
+    key_sha256_hex(page, strlen(page), d);
+    store_set_filter_clock(g_st, T0 + 2 * VAL_TTL);
+    store_compact(g_st);
+    ck_assert(bget(d, 0, page));
+    struct whole_events w;
+    ck_assert_int_eq(whole_events(&w), DD_OK);
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_mem_eq(w.value[0], e.value, e.len);
+    whole_events_free(&w);
+
+    struct raw raw;
+    raw_open(&raw);
+    char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_delete_cf(raw.db, wo, raw.cf[RAW_BODIES], d, KEY_HEX_LEN, &err);
+    rocksdb_writeoptions_destroy(wo);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    raw_close(&raw);
+    reopen_as("a", "r3");
+    ck_assert_int_eq(whole_events(&w), DD_ERR_FATAL);
+    ck_assert_int_eq(w.n, 0);
+    char want[DD_ERRSTR_SIZE];
+    snprintf(want, sizeof(want), "store: outbox entry %llu of op op-1 names "
+             "body %s (%zu bytes), absent: its result cannot be rebuilt",
+             (unsigned long long)r.seq, d, strlen(page));
+    ck_assert_str_eq(g_err, want);
+    free(e.value);
+}
+END_TEST
+
 START_TEST(test_store_corrupt_validator_or_body_is_fatal)
 {
     struct store_complete_req r = val_req("op-1", RK1, "body");
@@ -3379,6 +3658,12 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_validators_survive_reopen);
     tcase_add_test(tc, test_store_without_validator_cfs_opens_and_gets_them);
     tcase_add_test(tc, test_store_corrupt_validator_or_body_is_fatal);
+    tcase_add_test(tc,
+                   test_store_outbox_names_the_body_it_writes_and_rebuilds_it);
+    tcase_add_test(
+        tc, test_store_outbox_body_pinned_across_reopen_and_absent_is_fatal);
+    tcase_add_test(
+        tc, test_store_outbox_body_floor_follows_the_oldest_pending_entry);
     suite_add_tcase(s, tc);
 
     tc = tcase("forget");

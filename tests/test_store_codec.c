@@ -516,7 +516,9 @@ END_TEST
 START_TEST(test_store_codec_outbox_round_trip_borrows_the_value)
 {
     const struct store_codec_outbox in = {
-        "default:order-1001", 18, H2, 64, 5, "{\"status\":200}", 14};
+        .op_id = "default:order-1001", .op_id_len = 18, .event_key = H2,
+        .event_key_len = 64, .generation = 5,
+        .value = "{\"status\":200}", .value_len = 14};
     size_t size = store_codec_outbox_size(18, 64, 14);
     ck_assert_uint_eq(size, 16 + 2 + 18 + 2 + 64 + 8 + 4 + 14);
     unsigned char *v = malloc(size);
@@ -559,9 +561,70 @@ START_TEST(test_store_codec_outbox_round_trip_borrows_the_value)
 }
 END_TEST
 
+/* An entry naming its body: head, prefix, suffix length and suffix as the
+ * store writes them (four slices) equal the whole encoding, and decode
+ * back to the same fields; a cut or a literal under 2 bytes is corrupt. */
+START_TEST(test_store_codec_outbox_naming_its_body_round_trips)
+{
+    const char *pre = "{\"op_id\":\"o\",\"body\":";
+    const struct store_codec_outbox in = {
+        .op_id = "default:order-1001", .op_id_len = 18, .event_key = H2,
+        .event_key_len = 64, .generation = 7, .value = pre,
+        .value_len = strlen(pre), .body_sha256 = H1, .body_len = 14000,
+        .literal_len = 14002, .written_at_ms = INT64_C(1764000000123),
+        .suffix = "}", .suffix_len = 1};
+    size_t size = store_codec_outbox_len(&in);
+    ck_assert_uint_eq(size, 16 + 2 + 18 + 2 + 64 + 8 + 8 + 2 + 64 + 8 + 4 + 4
+                                + strlen(pre) + 4 + 1);
+    unsigned char *v = malloc(size);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(store_codec_outbox_encode(&in, v, size - 1), 0);
+    ck_assert_uint_eq(store_codec_outbox_encode(&in, v, size), size);
+    ck_assert_uint_eq(v[1], STORE_CODEC_OUTBOX_REF);
+    ck_assert_uint_eq(store_codec_le64_get(v + 8), 0);
+    unsigned char head[256], mid[4];
+    size_t h = store_codec_outbox_encode_head(&in, head, sizeof(head));
+    ck_assert_uint_eq(store_codec_outbox_encode_mid(&in, mid), 4);
+    ck_assert_mem_eq(head, v, h);
+    ck_assert_mem_eq(v + h, pre, strlen(pre));
+    ck_assert_mem_eq(v + h + strlen(pre), mid, 4);
+    ck_assert_uint_eq(h + strlen(pre) + 4 + 1, size);
+    struct store_codec_outbox out;
+    ck_assert_int_eq(store_codec_outbox_decode(v, size, 9, &out, g_err,
+                                               sizeof(g_err)),
+                     DD_OK);
+    ck_assert_mem_eq(out.op_id, "default:order-1001", 18);
+    ck_assert_uint_eq(out.generation, 7);
+    ck_assert_ptr_nonnull(out.body_sha256);
+    ck_assert_mem_eq(out.body_sha256, H1, 64);
+    ck_assert_uint_eq(out.body_len, 14000);
+    ck_assert_uint_eq(out.literal_len, 14002);
+    ck_assert_int_eq(out.written_at_ms, INT64_C(1764000000123));
+    ck_assert_uint_eq(out.value_len, strlen(pre));
+    ck_assert_mem_eq(out.value, pre, strlen(pre));
+    ck_assert_uint_eq(out.suffix_len, 1);
+    ck_assert_mem_eq(out.suffix, "}", 1);
+    /* a whole entry has no mid part and decodes without a body */
+    struct store_codec_outbox whole = in;
+    whole.body_sha256 = NULL;
+    ck_assert_uint_eq(store_codec_outbox_encode_mid(&whole, mid), 0);
+    ck_assert_int_eq(store_codec_outbox_decode(v, size - 1, 9, &out, g_err,
+                                               sizeof(g_err)),
+                     DD_ERR_FATAL);
+    struct store_codec_outbox short_lit = in;
+    short_lit.literal_len = 1;
+    ck_assert_uint_eq(store_codec_outbox_encode(&short_lit, v, size), size);
+    ck_assert_int_eq(store_codec_outbox_decode(v, size, 9, &out, g_err,
+                                               sizeof(g_err)),
+                     DD_ERR_FATAL);
+    free(v);
+}
+END_TEST
+
 START_TEST(test_store_codec_outbox_refuses_an_empty_op_id)
 {
-    const struct store_codec_outbox in = {"", 0, "", 0, 1, "", 0};
+    const struct store_codec_outbox in = {.op_id = "", .event_key = "",
+                                          .generation = 1, .value = ""};
     unsigned char v[64];
     size_t n = store_codec_outbox_encode(&in, v, sizeof(v));
     ck_assert_uint_eq(n, 16 + 2 + 2 + 8 + 4);
@@ -847,6 +910,7 @@ Suite *store_codec_suite(void)
     tc = tcase_create("outbox");
     tcase_add_test(tc, test_store_codec_outbox_round_trip_borrows_the_value);
     tcase_add_test(tc, test_store_codec_outbox_refuses_an_empty_op_id);
+    tcase_add_test(tc, test_store_codec_outbox_naming_its_body_round_trips);
     tcase_add_test(tc, test_store_codec_outbox_key_is_big_endian);
     suite_add_tcase(s, tc);
 

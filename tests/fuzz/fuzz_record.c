@@ -176,6 +176,30 @@ static struct buf ref_outbox(const char *op_id, size_t op_id_len,
     return b;
 }
 
+/* An outbox entry naming its body (record OUTBOX_REF), as the layout of
+ * store_codec.h says. */
+static struct buf ref_outbox_named(const struct store_codec_outbox *o,
+                                   int64_t expires_at)
+{
+    struct buf b;
+    ref_header(&b, STORE_CODEC_OUTBOX_REF, expires_at,
+               HDR + 2 + o->op_id_len + 2 + o->event_key_len + 8 + 8 + 2
+                   + STORE_HASH_LEN + 8 + 4 + 4 + o->value_len + 4
+                   + o->suffix_len);
+    put_str(&b, o->op_id, o->op_id_len);
+    put_str(&b, o->event_key, o->event_key_len);
+    put_le(&b, o->generation, 8);
+    put_le(&b, (uint64_t)o->written_at_ms, 8);
+    put_str(&b, o->body_sha256, STORE_HASH_LEN);
+    put_le(&b, o->body_len, 8);
+    put_le(&b, o->literal_len, 4);
+    put_le(&b, o->value_len, 4);
+    put(&b, o->value, o->value_len);
+    put_le(&b, o->suffix_len, 4);
+    put(&b, o->suffix, o->suffix_len);
+    return b;
+}
+
 /* ---- checks -------------------------------------------------------------- */
 
 static bool terminated(const char *s, size_t size)
@@ -453,6 +477,21 @@ static void garbage_outbox(const unsigned char *v, size_t len, uint64_t seq)
                "outbox op_id of %zu bytes", o.op_id_len);
     FUZZ_CHECK(o.event_key_len <= STORE_HASH_LEN, "outbox event_key of %zu "
                "bytes", o.event_key_len);
+    if (o.body_sha256) { /* an entry naming its body */
+        FUZZ_CHECK(v[1] == STORE_CODEC_OUTBOX_REF && o.literal_len >= 2 &&
+                       (const unsigned char *)o.value >= v &&
+                       (const unsigned char *)o.value + o.value_len <= end &&
+                       (const unsigned char *)o.suffix + o.suffix_len == end,
+                   "outbox entry naming its body: fields outside the value");
+        struct buf rn = ref_outbox_named(&o, (int64_t)get_le(v + 8, 8));
+        FUZZ_CHECK(same_value(v, len, rn.p, rn.len, false),
+                   "outbox value of %zu bytes is not canonical (%zu)", len,
+                   rn.len);
+        free(rn.p);
+        return;
+    }
+    FUZZ_CHECK(v[1] == STORE_CODEC_OUTBOX && !o.suffix && !o.suffix_len,
+               "a whole outbox entry with a suffix");
     FUZZ_CHECK((const unsigned char *)o.op_id == v + HDR + 2 &&
                    (const unsigned char *)o.event_key ==
                        (const unsigned char *)o.op_id + o.op_id_len + 2 &&

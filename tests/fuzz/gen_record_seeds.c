@@ -200,13 +200,31 @@ static struct outbox outbox_default(void)
 static struct buf outbox(struct outbox o)
 {
     const struct store_codec_outbox e = {
-        o.op_id, strlen(o.op_id), o.ek, strlen(o.ek), o.gen, o.value,
-        strlen(o.value)};
+        .op_id = o.op_id, .op_id_len = strlen(o.op_id), .event_key = o.ek,
+        .event_key_len = strlen(o.ek), .generation = o.gen,
+        .value = o.value, .value_len = strlen(o.value)};
     struct buf b = {.n = 0};
     b.n = store_codec_outbox_encode(&e, b.d, sizeof(b.d));
     if (!b.n)
         die("outbox entry did not encode");
     store_codec_le64_put(b.d + 8, (uint64_t)o.expires);
+    return b;
+}
+
+/* An entry naming its body (the value is the prefix, "}" the suffix). */
+static struct buf outbox_named(struct outbox o)
+{
+    const struct store_codec_outbox e = {
+        .op_id = o.op_id, .op_id_len = strlen(o.op_id), .event_key = o.ek,
+        .event_key_len = strlen(o.ek), .generation = o.gen,
+        .value = o.value, .value_len = strlen(o.value),
+        .body_sha256 = "5f2b8e3a9c1d4e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f",
+        .body_len = 14000, .literal_len = 14002,
+        .written_at_ms = 1764000000123, .suffix = "}", .suffix_len = 1};
+    struct buf b = {.n = 0};
+    b.n = store_codec_outbox_encode(&e, b.d, sizeof(b.d));
+    if (!b.n)
+        die("outbox entry naming its body did not encode");
     return b;
 }
 
@@ -445,6 +463,8 @@ int main(int argc, char **argv)
     x = outbox_default(), x.op_id = "";
     emit("outbox_no_op_id", garbage(2, outbox(x), id, 0, 2));
     emit("outbox_value_len_too_big", garbage(2, drop_tail(outbox(outbox_default()), 1), id, 0, 3));
+    emit("outbox_names_its_body", garbage(2, outbox_named(outbox_default()), id, 0, 4098));
+    emit("outbox_names_its_body_cut", garbage(2, drop_tail(outbox_named(outbox_default()), 2), id, 0, 4099));
     v = (struct buf){.n = 0};
     u8(&v, 1);
     u8(&v, 2);

@@ -74,6 +74,13 @@ expect_eq "$(jq -r '.key' "$WORK/results2.json" | sort -u | paste -sd,)" "$ek" "
 expect_eq "$(jq -r '.payload | fromjson | "\(.op_id) \(.event_key) \(.body_sha256)"' "$WORK/results2.json" | sort -u | wc -l)" 1 \
   "the replayed copy is the same result (op_id, event_key, body)"
 expect_eq "$(jq -r '.payload | fromjson | .op_id' "$WORK/results2.json" | sort -u)" "$op" "its op_id"
+# The page went to the store once: the pending entry named its body (a page
+# with an ETag, kept for conditional refetch), and the replay rebuilt the
+# result from it, byte for byte.
+grep -q 'pending outbox entries (1 naming their body)' "$WORK/run2.log" ||
+  fail "run 2 did not open an outbox entry naming its body: $(grep -m1 'pending outbox' "$WORK/run2.log")"
+expect_eq "$(jq -c '.payload' "$WORK/results2.json" | sort -u | wc -l)" 1 \
+  "the replayed result is byte for byte the first"
 # A third run has nothing left to consume: run 2 committed both offsets.
 stats=$(run_until_idle)
 expect_eq "$(jq .consumed <<<"$stats")" 0 "run 3: messages consumed again"
