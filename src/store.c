@@ -1050,7 +1050,7 @@ dd_err_t store_complete_batch(struct store *s,
     complete_batch_prepare(s, reqs, n, &cb);
     /* the ops' stripes in ascending order, as store_claim_batch */
     stripes_lock(s, cb.locked);
-    wb = rocksdb_writebatch_create();
+    wb = store_wb_take(s);
     if (complete_batch_stage(s, reqs, n, &cb, wb, now_ms))
         err = complete_batch_write(s, reqs, n, &cb, wb, now_ms, errstr,
                                    errstr_size);
@@ -1066,8 +1066,7 @@ dd_err_t store_complete_batch(struct store *s,
                 break;
             }
 out:
-    if (wb)
-        rocksdb_writebatch_destroy(wb);
+    store_wb_give(s, wb);
     free(cb.keys);
     free(cb.ops);
     free(cb.digests);
@@ -1223,7 +1222,7 @@ static dd_err_t ack_batch_stage(struct store *s,
         if (vals[r])
             rocksdb_pinnableslice_destroy(vals[r]);
     }
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_t *wb = store_wb_take(s);
     size_t staged = 0;
     for (size_t i = 0; i < n; i++) {
         /* the same entry twice in one batch: acknowledged once (the
@@ -1248,7 +1247,7 @@ static dd_err_t ack_batch_stage(struct store *s,
     char *rerr = NULL;
     if (staged)
         rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
-    rocksdb_writebatch_destroy(wb);
+    store_wb_give(s, wb);
     if (rerr) {
         err = store_write_fail(s, rerr, "rocksdb_write(outbox ack batch)",
                                "batch", errstr, errstr_size);
@@ -1694,7 +1693,7 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
         }
     }
     qsort(cb->rd, w, sizeof(*cb->rd), batch_read_cmp);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_t *wb = store_wb_take(s);
     for (size_t x = 0; x < w; x++) {
         const struct store_claim_req *r = &cb->reqs[cb->u[cb->rd[x].u].cur];
         size_t vlen = store_codec_op_encode(&r->op, vbuf, sizeof(vbuf));
@@ -1706,7 +1705,7 @@ static dd_err_t claim_batch_write(struct store *s, struct claim_batch *cb,
     dd_err_t err = DD_OK;
     if (w)
         rocksdb_write(s->db, s->wopts_nosync, wb, &rerr);
-    rocksdb_writebatch_destroy(wb);
+    store_wb_give(s, wb);
     if (rerr) {
         for (size_t i = 0; i < cb->n; i++)
             cb->reqs[i].deferred = false;

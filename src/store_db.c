@@ -153,6 +153,34 @@ static unsigned char body_filter(void *state, int level, const char *key,
 }
 
 /* ---------------------------------------------------------------------- */
+/* the spare WriteBatch                                                    */
+
+/* A batch that held more than this is not kept (its buffer's memory). */
+#define STORE_WB_KEEP_BYTES ((size_t)4 << 20)
+
+rocksdb_writebatch_t *store_wb_take(struct store *s)
+{
+    rocksdb_writebatch_t *wb = atomic_exchange(&s->wb_spare, NULL);
+    return wb ? wb : rocksdb_writebatch_create();
+}
+
+void store_wb_give(struct store *s, rocksdb_writebatch_t *wb)
+{
+    if (!wb)
+        return;
+    size_t used = 0;
+    (void)rocksdb_writebatch_data(wb, &used);
+    if (used > STORE_WB_KEEP_BYTES) {
+        rocksdb_writebatch_destroy(wb);
+        return;
+    }
+    rocksdb_writebatch_clear(wb); /* std::string::clear: capacity kept */
+    rocksdb_writebatch_t *none = NULL;
+    if (!atomic_compare_exchange_strong(&s->wb_spare, &none, wb))
+        rocksdb_writebatch_destroy(wb);
+}
+
+/* ---------------------------------------------------------------------- */
 /* group commit                                                            */
 
 /* Tickets up to \p upto are on disk: publish that, unless the other
@@ -847,6 +875,9 @@ out:
  * it until the DB is closed). */
 static void close_db(struct store *s)
 {
+    rocksdb_writebatch_t *spare = atomic_exchange(&s->wb_spare, NULL);
+    if (spare)
+        rocksdb_writebatch_destroy(spare);
     for (int i = 0; i < CF_N; i++)
         if (s->cf[i])
             rocksdb_column_family_handle_destroy(s->cf[i]);

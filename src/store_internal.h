@@ -135,6 +135,10 @@ struct store {
     _Atomic uint64_t seq_reserved;       /* persisted bound (exclusive) */
     _Atomic uint64_t pending;            /* outbox entries */
     struct store_pins pins;              /* entries naming their body */
+    /* a cleared WriteBatch kept for the next batch (store_wb_take): its
+     * buffer keeps its capacity, so a completion batch of pages does not
+     * grow it by copies again */
+    _Atomic(rocksdb_writebatch_t *) wb_spare;
 
     /* hot index, and its rebuild thread (store_db.c) */
     struct store_index *idx;
@@ -231,6 +235,16 @@ dd_err_t store_cond_outbox_rebuild(struct store *s,
                                    const struct store_codec_outbox *ent,
                                    uint64_t seq, char **out, size_t *out_len,
                                    char *errstr, size_t errstr_size);
+
+/* A WriteBatch, empty: the spare one when there is one (its buffer keeps
+ * the capacity of its last use), else a new one.  store_wb_give() takes it
+ * back.  @locality any thread.  (store_db.c) */
+rocksdb_writebatch_t *store_wb_take(struct store *s);
+
+/* Hand \p wb back (NULL: nothing): cleared and kept as the spare, unless
+ * one is kept already or it held more than STORE_WB_KEEP_BYTES (then
+ * destroyed).  @locality any thread.  (store_db.c) */
+void store_wb_give(struct store *s, rocksdb_writebatch_t *wb);
 
 /* store_pins.c.  @locality any thread (the filter reads floor_ms only). */
 void store_pins_init(struct store_pins *p);
