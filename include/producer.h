@@ -131,11 +131,18 @@ dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
  * @brief producer_send() to an explicit \p partition of \p topic (the
  *        changelog: a decision goes to its job's partition, DESIGN.md
  *        section 6), or, when \p partition < 0, to the key's partition.
+ * @param borrowed  false: \p value is copied, as by producer_send().  true:
+ *                  not copied (librdkafka's msgflags 0, neither
+ *                  RD_KAFKA_MSG_F_COPY nor _F_FREE): the caller keeps the
+ *                  bytes unchanged until this message's delivery report has
+ *                  been served, or for the producer's life when no report
+ *                  comes (the pipeline's outgoing messages, which live until
+ *                  their report: a 14 KB result is not copied again).
  * @returns as producer_send(); DD_ERR_INVAL also for an unknown partition.
  */
 dd_err_t producer_send_to(struct producer *p, const char *topic,
                           int32_t partition, const void *key, size_t key_len,
-                          const void *value, size_t value_len,
+                          const void *value, size_t value_len, bool borrowed,
                           const struct producer_header *hdrs, size_t n_hdrs,
                           void *opaque, char *errstr, size_t errstr_size) DD_WUR;
 

@@ -926,11 +926,12 @@ static bool admit(struct pipeline *pl, rd_kafka_message_t *rkm,
 }
 
 /* Act on one answer of store_complete_batch for \p o: produce its result
- * (\p value, borrowed), or drop it when fenced (another worker took the op
- * over: its result will stand), or leave the op running under our lease when
- * the write failed (its messages stay uncommitted; a restart resumes it). */
+ * (*\p value, malloc'd: taken over, *value NULL then; else left to the
+ * caller), or drop it when fenced (another worker took the op over: its
+ * result will stand), or leave the op running under our lease when the
+ * write failed (its messages stay uncommitted; a restart resumes it). */
 static void completed(struct pipeline *pl, struct opctx *o,
-                      const struct store_complete_req *req, const char *value,
+                      const struct store_complete_req *req, char **value,
                       size_t value_len)
 {
     struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};
@@ -950,9 +951,9 @@ static void completed(struct pipeline *pl, struct opctx *o,
             memcpy(o->clog, req->changelog, req->changelog_len);
             o->clog_len = req->changelog_len;
         }
-        struct outmsg *m =
-            consumer_out_result(pl, OUT_RESULT, o->op_id, o->job->event_key,
-                                o->generation, value, value_len);
+        struct outmsg *m = consumer_out_result_take(
+            pl, OUT_RESULT, o->op_id, o->job->event_key, o->generation, value,
+            value_len);
         m->op = o;
         m->seq = req->seq;
         consumer_out_send(pl, m);
@@ -987,10 +988,9 @@ void consumer_shadow_flush(struct pipeline *pl)
             dd_oom("shadow result");
         if (o->rec_unwritten) {
             struct outmsg *m =
-                consumer_out_result(pl, OUT_RESULT, o->op_id,
-                                    o->job->event_key, o->generation, val,
-                                    len);
-            free(val);
+                consumer_out_result_take(pl, OUT_RESULT, o->op_id,
+                                         o->job->event_key, o->generation,
+                                         &val, len);
             m->op = o;
             consumer_out_send(pl, m);
             continue;
@@ -1015,8 +1015,9 @@ void consumer_shadow_flush(struct pipeline *pl)
                                   sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu shadow ops: %s", k, e);
     for (size_t i = 0; i < k; i++) { /* req[i].value: the result, ours */
-        completed(pl, ops[i], &req[i], req[i].value, req[i].value_len);
-        free((void *)req[i].value);
+        char *v = (char *)req[i].value;
+        completed(pl, ops[i], &req[i], &v, req[i].value_len);
+        free(v);
     }
     free(req);
     free(ops);
@@ -1421,7 +1422,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     if (store_complete_batch(pl->store, req, total, dd_now_ms(), e, sizeof(e)))
         log_msg(LOG_ERR, "store", "completing %zu ops: %s", total, e);
     for (size_t i = 0; i < total; i++) {
-        completed(pl, f[i].o, &req[i], f[i].value, f[i].value_len);
+        completed(pl, f[i].o, &req[i], &f[i].value, f[i].value_len);
         free(f[i].value);
         free(f[i].attempts);
     }

@@ -101,7 +101,9 @@ enum out_kind {
     OUT_REROUTE,   /* a misrouted job re-produced keyed by op_id */
 };
 
-/* A message to produce, kept until its delivery report (re-sent on failure). */
+/* A message to produce, kept until its delivery report (re-sent on failure);
+ * librdkafka reads its value in place until then (producer_send_to,
+ * borrowed): never changed nor freed while it is in flight. */
 struct outmsg {
     struct pipeline *pl;  /* the run its delivery report goes to */
     struct outmsg *next;  /* retry list */
@@ -111,8 +113,10 @@ struct outmsg {
                              changelog's), which outlive its messages */
     char *key;            /* key, NUL, value, NUL: one allocation */
     size_t key_len;
-    char *value;          /* in key's allocation */
+    char *value;          /* in key's allocation, or value_own */
     size_t value_len;
+    char *value_own;      /* a value taken over (consumer_out_result_take),
+                             freed with the message; or NULL */
     const char *hname[4]; /* string literals */
     char *hval[4];
     size_t n_hdrs;
@@ -450,6 +454,14 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
                                    const char *op_id, const char *event_key,
                                    uint64_t generation, const void *value,
                                    size_t len);
+
+/* consumer_out_result() taking over \p value (malloc'd, NUL-terminated at
+ * value[len]) instead of copying it: *value is NULL afterwards. */
+struct outmsg *consumer_out_result_take(struct pipeline *pl,
+                                        enum out_kind kind, const char *op_id,
+                                        const char *event_key,
+                                        uint64_t generation, char **value,
+                                        size_t len);
 
 /* Produce the changelog record of \p op_id as stored now to changelog
  * partition \p partition; on its acknowledgement: the outbox entry \p seq

@@ -20,7 +20,8 @@
 
 void consumer_out_free(struct outmsg *m)
 {
-    free(m->key); /* and the value */
+    free(m->key); /* and the value, unless taken over */
+    free(m->value_own);
     free(m->op_id);
     for (size_t i = 0; i < m->n_hdrs; i++)
         free(m->hval[i]);
@@ -62,8 +63,8 @@ void consumer_out_send(struct pipeline *pl, struct outmsg *m)
     for (;;) {
         dd_err_t e = producer_send_to(pl->h->producer, m->topic,
                                       m->partition, m->key, m->key_len,
-                                      m->value, m->value_len, h, m->n_hdrs, m,
-                                      err, sizeof(err));
+                                      m->value, m->value_len, true, h,
+                                      m->n_hdrs, m, err, sizeof(err));
         if (e == DD_OK) {
             pl->pending_out++;
             pl->txn_dirty = true;
@@ -132,6 +133,17 @@ void consumer_out_header(struct outmsg *m, const char *name,
     }
 }
 
+/* The headers of a result (or its replay) \p m. */
+static void out_result_headers(struct outmsg *m, const char *op_id,
+                               const char *event_key, uint64_t generation)
+{
+    char gen[32];
+    snprintf(gen, sizeof(gen), "%llu", (unsigned long long)generation);
+    consumer_out_header(m, "idempotency-key", event_key);
+    consumer_out_header(m, "dedupd-op-id", op_id);
+    consumer_out_header(m, "dedupd-generation", gen);
+}
+
 struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
                                    const char *op_id, const char *event_key,
                                    uint64_t generation, const void *value,
@@ -140,11 +152,22 @@ struct outmsg *consumer_out_result(struct pipeline *pl, enum out_kind kind,
     struct outmsg *m = consumer_out_new(pl, kind, pl->cfg->topic_results,
                                         event_key, strlen(event_key), value,
                                         len);
-    char gen[32];
-    snprintf(gen, sizeof(gen), "%llu", (unsigned long long)generation);
-    consumer_out_header(m, "idempotency-key", event_key);
-    consumer_out_header(m, "dedupd-op-id", op_id);
-    consumer_out_header(m, "dedupd-generation", gen);
+    out_result_headers(m, op_id, event_key, generation);
+    return m;
+}
+
+struct outmsg *consumer_out_result_take(struct pipeline *pl,
+                                        enum out_kind kind, const char *op_id,
+                                        const char *event_key,
+                                        uint64_t generation, char **value,
+                                        size_t len)
+{
+    struct outmsg *m = consumer_out_new(pl, kind, pl->cfg->topic_results,
+                                        event_key, strlen(event_key), "", 0);
+    m->value = m->value_own = *value;
+    m->value_len = len;
+    *value = NULL;
+    out_result_headers(m, op_id, event_key, generation);
     return m;
 }
 

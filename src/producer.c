@@ -189,13 +189,13 @@ dd_err_t producer_send(struct producer *p, const char *topic, const void *key,
                        const struct producer_header *hdrs, size_t n_hdrs,
                        void *opaque, char *errstr, size_t errstr_size)
 {
-    return producer_send_to(p, topic, -1, key, key_len, value, value_len, hdrs,
-                            n_hdrs, opaque, errstr, errstr_size);
+    return producer_send_to(p, topic, -1, key, key_len, value, value_len,
+                            false, hdrs, n_hdrs, opaque, errstr, errstr_size);
 }
 
 dd_err_t producer_send_to(struct producer *p, const char *topic,
                           int32_t partition, const void *key, size_t key_len,
-                          const void *value, size_t value_len,
+                          const void *value, size_t value_len, bool borrowed,
                           const struct producer_header *hdrs, size_t n_hdrs,
                           void *opaque, char *errstr, size_t errstr_size)
 {
@@ -207,7 +207,8 @@ dd_err_t producer_send_to(struct producer *p, const char *topic,
         RD_KAFKA_V_PARTITION(partition < 0 ? RD_KAFKA_PARTITION_UA : partition),
         RD_KAFKA_V_KEY(key, key_len),
         RD_KAFKA_V_VALUE((void *)value, value_len),
-        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_HEADERS(h),
+        RD_KAFKA_V_MSGFLAGS(borrowed ? 0 : RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_HEADERS(h),
         RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
     if (e) {
         rd_kafka_headers_destroy(h);
