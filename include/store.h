@@ -606,12 +606,29 @@ dd_err_t store_outbox_ack_batch(struct store *store,
  *        handed to \p cb whole: its event rebuilt from the body (read
  *        whatever its expiry), byte for byte the event completed.
  * @returns DD_OK; DD_ERR_IO; DD_ERR_NOMEM; DD_ERR_FATAL (corrupt entry, or
- *          an entry whose body is absent or gives another literal: named in
- *          errstr).
+ *          an entry whose body is absent, of another length, or gives a
+ *          literal of another length: named in errstr).
  */
 dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
                               void *opaque, char *errstr,
                               size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Rewrite as whole events the outbox entries that name their body
+ *        (store_complete_req.body_lit_off) and have been pending for more
+ *        than half the validators TTL at \p now_ms (a result the broker keeps
+ *        refusing), so that they stop holding back the TTL compaction of
+ *        every body written since (DESIGN.md section 4).  Each rewrite is
+ *        synced to disk before its body may go.  Cheap when there is none
+ *        (one atomic read); at most 64 per call.
+ * @param rewritten  Out: entries rewritten.
+ * @returns DD_OK; DD_ERR_IO (a read or the write failed: errstr);
+ *          DD_ERR_FATAL (a body gone: errstr names it); DD_ERR_NOMEM.
+ * @locality any thread (the pipeline calls it once a second).
+ */
+dd_err_t store_outbox_unpin_old(struct store *store, int64_t now_ms,
+                                size_t *rewritten, char *errstr,
+                                size_t errstr_size) DD_WUR;
 
 /** @returns the number of pending outbox entries (approximate is fine). */
 uint64_t store_outbox_pending(struct store *store);

@@ -317,8 +317,10 @@ struct store_codec_outbox {
     const char *body_sha256; /**< STORE_HASH_LEN hex, not NUL-terminated */
     uint64_t body_len;       /**< the body's bytes */
     uint32_t literal_len;    /**< the literal's bytes (checked on rebuild) */
-    int64_t written_at_ms;   /**< the completion's time (its body's
-                                  expires_at - the validators TTL) */
+    int64_t written_at_ms;   /**< the completion's body clock
+                                  (store_body_clock): the body it names
+                                  expires no earlier than this + the
+                                  validators TTL */
     const void *suffix;      /**< after the literal */
     size_t suffix_len;       /**< <= UINT32_MAX */
 };

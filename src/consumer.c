@@ -1510,6 +1510,19 @@ static void update_gauges(struct pipeline *pl)
     if (now < pl->next_gauges_ms)
         return;
     pl->next_gauges_ms = now + 1000;
+    /* results pending for half the bodies' TTL stop pinning bodies */
+    size_t unpinned = 0;
+    char ue[DD_ERRSTR_SIZE];
+    if (now < pl->next_unpin_ms) {
+        /* backing off after a failure */
+    } else if (store_outbox_unpin_old(pl->store, now, &unpinned, ue,
+                                      sizeof(ue))) {
+        log_msg(LOG_ERR, "store", "outbox: %s (next try in 60 s)", ue);
+        pl->next_unpin_ms = now + 60000;
+    } else if (unpinned)
+        log_msg(LOG_WARNING, "store", "outbox: %zu results pending for more "
+                "than half of store.validators_ttl_ms now hold their page "
+                "again", unpinned);
     metrics_gauge_set(METRICS_OPS_INFLIGHT, (int64_t)pl->n_ops);
     metrics_gauge_set(METRICS_OUTBOX_PENDING,
                       (int64_t)store_outbox_pending(pl->store));

@@ -183,6 +183,8 @@ struct pipeline {
     int64_t last_activity_ms;
     int64_t next_renew_ms;
     int64_t next_gauges_ms;
+    int64_t next_unpin_ms;    /* store_outbox_unpin_old: after a failure,
+                                 not again before this */
     bool rechecking;      /* claim() of a held message: already counted */
     struct opctx **shadow_pending; /* shadow ops claimed, to complete */
     size_t n_shadow, cap_shadow;

@@ -664,6 +664,7 @@ struct body_ref {
     const char *digest; /* hex SHA-256, the body's key in CF bodies */
     uint64_t body_len;
     size_t off, len;
+    int64_t written_at; /* the batch's body clock (store_body_clock) */
 };
 
 /* Stage outbox entry \p n of \p ent: with \p ref, pinned (store_pins.c),
@@ -672,15 +673,15 @@ struct body_ref {
  * one copy, the batch's own. */
 static void outbox_stage(struct store *s, rocksdb_writebatch_t *wb,
                          uint64_t n, struct store_codec_outbox *ent,
-                         const struct body_ref *ref, int64_t now_ms)
+                         const struct body_ref *ref)
 {
     const char *value = ent->value;
     size_t value_len = ent->value_len;
-    if (ref && store_pins_add(&s->pins, n, now_ms)) {
+    if (ref && store_pins_add(&s->pins, n, ref->written_at)) {
         ent->body_sha256 = ref->digest;
         ent->body_len = ref->body_len;
         ent->literal_len = (uint32_t)ref->len;
-        ent->written_at_ms = now_ms;
+        ent->written_at_ms = ref->written_at;
         ent->value_len = ref->off;
         ent->suffix = value + ref->off + ref->len;
         ent->suffix_len = value_len - ref->off - ref->len;
@@ -784,7 +785,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
         .value = value,
         .value_len = value_len,
     };
-    outbox_stage(s, wb, n, &ent, ref, now_ms);
+    outbox_stage(s, wb, n, &ent, ref);
     return DD_OK;
 }
 
@@ -934,6 +935,7 @@ static size_t complete_batch_stage(struct store *s,
                                                  strlen(reqs[i].op_id),
                                                  (uint32_t)i};
     qsort(cb->order, m, sizeof(*cb->order), batch_read_cmp);
+    int64_t body_now = store_body_clock(s, now_ms);
     for (size_t x = 0; x < m; x++) {
         size_t i = cb->order[x].u;
         struct store_complete_req *r = &reqs[i];
@@ -949,7 +951,7 @@ static size_t complete_batch_stage(struct store *s,
         /* the event's literal is the body this batch puts (by this
          * request or a twin before it): the entry names the body */
         struct body_ref ref = {cb->digests[i], (uint64_t)r->body_len,
-                               r->body_lit_off, r->body_lit_len};
+                               r->body_lit_off, r->body_lit_len, body_now};
         bool named = r->validator_write == STORE_VALIDATOR_WRITTEN
                      && r->body_lit_len >= 2
                      && r->body_lit_off <= r->value_len
@@ -974,7 +976,8 @@ static size_t complete_batch_stage(struct store *s,
     for (size_t i = 0; i < n; i++)
         if (!reqs[i].err)
             store_cond_stage(s, wb, &reqs[i], cb->digests[i],
-                             complete_batch_puts_body(reqs, cb, i), now_ms);
+                             complete_batch_puts_body(reqs, cb, i), now_ms,
+                             body_now);
     return staged;
 }
 
@@ -1077,6 +1080,40 @@ out:
 /* ---------------------------------------------------------------------- */
 /* outbox                                                                  */
 
+/* An entry's body may expire within this long of its deletion: the
+ * deletion is made durable before its pin goes (outbox_unpin). */
+#define STORE_UNPIN_SYNC_MS (10 * 60 * 1000)
+
+/* Unpin outbox entry \p seq, just deleted by an acknowledgement written
+ * without fsync.  When its body may expire soon (an entry pending about as
+ * long as the validators TTL), the WAL is synced first: else a crash of the
+ * machine could lose the deletion after a compaction, free of the pin, had
+ * dropped the body, and the entry would come back naming a body that is
+ * gone.  A failed sync keeps the pin (the body stays; nothing is lost).
+ * @returns whether the WAL was synced (so a caller unpinning several syncs
+ * once). */
+static bool outbox_unpin(struct store *s, uint64_t seq, bool synced)
+{
+    int64_t t = store_pins_time(&s->pins, seq);
+    if (t == INT64_MIN)
+        return synced;
+    if (!synced && store_add_ms(t, s->validators_ttl_ms)
+                       <= store_add_ms(store_clock_ms(s), STORE_UNPIN_SYNC_MS)) {
+        char *rerr = NULL;
+        rocksdb_flush_wal(s->db, 1, &rerr);
+        if (rerr) {
+            log_msg(LOG_WARNING, "STORE", "rocksdb_flush_wal(sync) before "
+                    "unpinning outbox entry %llu: %s (its body is kept)",
+                    (unsigned long long)seq, rerr);
+            rocksdb_free(rerr);
+            return false;
+        }
+        synced = true;
+    }
+    store_pins_remove(&s->pins, seq);
+    return synced;
+}
+
 dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
                           char *errstr, size_t errstr_size)
 {
@@ -1156,7 +1193,7 @@ dd_err_t store_outbox_ack(struct store *s, uint64_t seq, const char *op_id,
                         STORE_INDEX_UPSERT);
     if (existed) {
         atomic_fetch_sub(&s->pending, 1);
-        store_pins_remove(&s->pins, seq);
+        (void)outbox_unpin(s, seq, false);
     }
 out:
     pthread_mutex_unlock(mu);
@@ -1255,12 +1292,13 @@ static dd_err_t ack_batch_stage(struct store *s,
         goto out;
     }
     int64_t now = store_clock_ms(s);
+    bool synced = false;
     for (size_t i = 0; i < n; i++)
         if (mark[i]) {
             store_index_put(s->idx, &keys[i], &ops[i], now,
                             STORE_INDEX_UPSERT);
             atomic_fetch_sub(&s->pending, 1);
-            store_pins_remove(&s->pins, reqs[i].seq);
+            synced = outbox_unpin(s, reqs[i].seq, synced);
         }
 out:
     free(ks);
@@ -1376,6 +1414,102 @@ out:
     rocksdb_iter_destroy(it);
     free(op_id);
     return err;
+}
+
+/* Under \p seq's op stripe: rewrite its entry, still naming its body, as
+ * the whole event (synced), then unpin it.  @returns DD_OK also when the
+ * entry is gone or whole already. */
+static dd_err_t unpin_old_one(struct store *s, uint64_t seq, char *errstr,
+                              size_t errstr_size)
+{
+    unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
+    store_codec_outbox_key(seq, key);
+    char *rerr = NULL, *val = NULL, *whole = NULL;
+    size_t vlen = 0, wlen = 0;
+    char op_id[STORE_KEY_MAX + 1];
+    pthread_mutex_t *mu = NULL;
+    dd_err_t err = DD_OK;
+    /* read, learn the op, take its stripe, read again (an acknowledgement
+     * may have deleted the entry meanwhile) */
+    for (int pass = 0; pass < 2; pass++) {
+        rocksdb_free(val);
+        val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_OUTBOX],
+                             (const char *)key, sizeof(key), &vlen, &rerr);
+        if (rerr) {
+            err = store_rdb_fail(rerr, "rocksdb_get_cf(outbox)", "unpin",
+                                 errstr, errstr_size);
+            goto out;
+        }
+        struct store_codec_outbox ent;
+        if (!val || store_codec_outbox_decode(val, vlen, seq, &ent, errstr,
+                                              errstr_size)
+            || !ent.body_sha256)
+            goto out; /* gone, whole, or corrupt (the replay names it) */
+        if (pass == 0) {
+            memcpy(op_id, ent.op_id, ent.op_id_len);
+            op_id[ent.op_id_len] = '\0';
+            struct store_index_key k;
+            mu = store_op_stripe(s, op_id, &k);
+            pthread_mutex_lock(mu);
+            continue;
+        }
+        err = store_cond_outbox_rebuild(s, &ent, seq, &whole, &wlen, errstr,
+                                        errstr_size);
+        if (err)
+            goto out;
+        struct store_codec_outbox w = ent;
+        w.value = whole;
+        w.value_len = wlen;
+        w.body_sha256 = NULL;
+        w.suffix = NULL;
+        w.suffix_len = 0;
+        size_t n = store_codec_outbox_len(&w);
+        unsigned char *buf = malloc(n);
+        if (!buf) {
+            dd_errstr_set(errstr, errstr_size, "store: out of memory");
+            err = DD_ERR_NOMEM;
+            goto out;
+        }
+        size_t got = store_codec_outbox_encode(&w, buf, n);
+        assert(got == n);
+        rocksdb_put_cf(s->db, s->wopts_nosync, s->cf[CF_OUTBOX],
+                       (const char *)key, sizeof(key), (const char *)buf, got,
+                       &rerr);
+        free(buf);
+        if (!rerr) /* on disk before the pin goes */
+            rocksdb_flush_wal(s->db, 1, &rerr);
+        if (rerr) {
+            err = store_write_fail(s, rerr, "rocksdb_put_cf(outbox, whole)",
+                                   op_id, errstr, errstr_size);
+            goto out;
+        }
+        store_pins_remove(&s->pins, seq);
+    }
+out:
+    if (mu)
+        pthread_mutex_unlock(mu);
+    rocksdb_free(val);
+    free(whole);
+    return err;
+}
+
+dd_err_t store_outbox_unpin_old(struct store *s, int64_t now_ms,
+                                size_t *rewritten, char *errstr,
+                                size_t errstr_size)
+{
+    *rewritten = 0;
+    int64_t before = now_ms - s->validators_ttl_ms / 2;
+    if (atomic_load(&s->pins.floor_ms) >= before)
+        return DD_OK;
+    uint64_t seqs[64];
+    size_t k = store_pins_older(&s->pins, before, seqs, 64);
+    for (size_t i = 0; i < k; i++) {
+        dd_err_t err = unpin_old_one(s, seqs[i], errstr, errstr_size);
+        if (err)
+            return err;
+        (*rewritten)++;
+    }
+    return DD_OK;
 }
 
 uint64_t store_outbox_pending(struct store *s)

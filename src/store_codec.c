@@ -562,7 +562,12 @@ dd_err_t store_codec_outbox_decode(const void *val, size_t len, uint64_t seq,
         ent->suffix_len = dec_u32(&d);
         ent->suffix = dec_bytes(&d, ent->suffix_len);
     }
-    if (d.bad || d.off != d.len || ent->op_id_len == 0
+    bool hex = true;
+    for (size_t i = 0; ref && !d.bad && i < hash_len; i++) {
+        char c = ent->body_sha256[i];
+        hex = hex && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+    }
+    if (d.bad || d.off != d.len || ent->op_id_len == 0 || !hex
         || hash_len != STORE_HASH_LEN || (ref && ent->literal_len < 2)) {
         errstr_set_clean(errstr, errstr_size,
                          "store: outbox entry %s is corrupt (%zu bytes)", kbuf,

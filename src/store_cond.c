@@ -61,9 +61,18 @@ enum store_validator_write store_cond_prep(struct store *s,
     return STORE_VALIDATOR_WRITTEN;
 }
 
+int64_t store_body_clock(struct store *s, int64_t now_ms)
+{
+    int64_t c = atomic_load(&s->body_clock_ms);
+    while (c < now_ms
+           && !atomic_compare_exchange_weak(&s->body_clock_ms, &c, now_ms))
+        ;
+    return c > now_ms ? c : now_ms;
+}
+
 void store_cond_stage(struct store *s, rocksdb_writebatch_t *wb,
                       const struct store_complete_req *r, const char *digest,
-                      bool put_body, int64_t now_ms)
+                      bool put_body, int64_t now_ms, int64_t body_now_ms)
 {
     if (r->validator_write == STORE_VALIDATOR_NONE
         || !resource_key_ok(r->resource_key))
@@ -94,9 +103,11 @@ void store_cond_stage(struct store *s, rocksdb_writebatch_t *wb,
     if (!put_body)
         return;
     /* the body goes in from the caller's buffer: no copy besides the
-     * batch's own */
+     * batch's own; its expiry from the body clock, never earlier than a
+     * body put before it (store_body_clock) */
     unsigned char head[STORE_CODEC_BODY_HEAD_LEN];
-    store_codec_body_head(expires_at, (uint64_t)r->body_len, head);
+    store_codec_body_head(store_add_ms(body_now_ms, s->validators_ttl_ms),
+                          (uint64_t)r->body_len, head);
     const char *vals[2] = {(const char *)head, r->body_len ? r->body : ""};
     size_t vlens[2] = {sizeof(head), r->body_len};
     const char *keys[1] = {digest};

@@ -327,7 +327,9 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_writeoptions_set_sync(s->wopts, conf->sync ? 1 : 0);
     /* An ack lost in a crash only replays its entry at start-up under the
      * same event_key (a duplicate consumers drop), so it needs no fsync;
-     * the next synced write persists it anyway. */
+     * the next synced write persists it anyway.  One exception: the ack of
+     * an entry naming a body that may expire soon is synced before its pin
+     * goes (store.c, outbox_unpin). */
     s->wopts_nosync = rocksdb_writeoptions_create();
     rocksdb_writeoptions_set_sync(s->wopts_nosync, 0);
 }
@@ -586,10 +588,16 @@ static dd_err_t init_outbox(struct store *s, char *errstr, size_t errstr_size)
             continue;
         uint64_t seq = store_codec_be64_get((const unsigned char *)k);
         struct store_codec_outbox ent;
-        err = store_codec_outbox_decode(v, vlen, seq, &ent, errstr,
-                                        errstr_size);
-        if (err)
-            goto out;
+        char why[DD_ERRSTR_SIZE];
+        if (store_codec_outbox_decode(v, vlen, seq, &ent, why,
+                                      sizeof(why))) {
+            /* the replay names it and stops; what else opens the store
+             * (inspect, forget) still can */
+            log_msg(LOG_ERR, "STORE", "%s", why);
+            continue;
+        }
+        /* bodies written from now on expire no earlier than this one */
+        (void)store_body_clock(s, ent.written_at_ms);
         if (!store_pins_add(&s->pins, seq, ent.written_at_ms)) {
             dd_errstr_set(errstr, errstr_size,
                           "store at %s: out of memory pinning the bodies of "

@@ -77,8 +77,10 @@ struct store_pins {
     pthread_mutex_t mu;
     struct store_pin *pins;          /* [head, n) sorted by seq */
     size_t head, n, cap;
+    size_t live;                     /* pins in [head, n) not removed */
     struct store_pin_bucket *buckets; /* [bhead, bn) sorted by bucket */
     size_t bhead, bn, bcap;
+    size_t blive;                    /* buckets in [bhead, bn) counting */
     bool ready;                      /* the open's scan is done */
     /* the bodies' TTL filter drops no body with expires_at >= this: the
      * first pinned second, INT64_MAX with none, INT64_MIN until ready */
@@ -135,6 +137,7 @@ struct store {
     _Atomic uint64_t seq_reserved;       /* persisted bound (exclusive) */
     _Atomic uint64_t pending;            /* outbox entries */
     struct store_pins pins;              /* entries naming their body */
+    _Atomic int64_t body_clock_ms;       /* store_body_clock */
     /* a cleared WriteBatch kept for the next batch (store_wb_take): its
      * buffer keeps its capacity, so a completion batch of pages does not
      * grow it by copies again */
@@ -258,6 +261,13 @@ bool store_pins_add(struct store_pins *p, uint64_t seq,
 /* Unpin \p seq (after the write that deleted its entry); no-op when it is
  * not pinned. */
 void store_pins_remove(struct store_pins *p, uint64_t seq);
+/* The completion time \p seq is pinned at (to the second), or INT64_MIN
+ * when it is not pinned. */
+int64_t store_pins_time(struct store_pins *p, uint64_t seq);
+/* Up to \p max seqs pinned at a second before \p before_ms, into \p out
+ * (the oldest first).  @returns how many. */
+size_t store_pins_older(struct store_pins *p, int64_t before_ms,
+                        uint64_t *out, size_t max);
 /* The open's scan pinned every pending entry: the floor applies. */
 void store_pins_ready(struct store_pins *p);
 /* Live pins (tests and the open's log line; O(pins)). */
@@ -280,6 +290,12 @@ enum store_validator_write store_cond_prep(struct store *s,
  * (store_cond.c) */
 void store_cond_stage(struct store *s, rocksdb_writebatch_t *wb,
                       const struct store_complete_req *r, const char *digest,
-                      bool put_body, int64_t now_ms);
+                      bool put_body, int64_t now_ms, int64_t body_now_ms);
+
+/* The time a body written now is written at: \p now_ms, or the latest such
+ * time handed out before when later (the wall clock stepped back), so a
+ * body put again by a later completion never expires before one put by an
+ * earlier one (the pins' argument, store_pins.c).  @locality any thread. */
+int64_t store_body_clock(struct store *s, int64_t now_ms);
 
 #endif

@@ -12,7 +12,8 @@
  * second of completion) in seq order, where the acknowledgements mostly
  * arrive in order, and a count per second, whose first live entry is the
  * floor.  Removing a pin marks it; the heads step over marked pins and
- * empty seconds.
+ * empty seconds, and an array whose marked entries outnumber its live ones
+ * is compacted, so one entry pending for days costs no more than itself.
  */
 #include "store_internal.h"
 
@@ -22,10 +23,35 @@
 #define PIN_BUCKET_MS 1000 /* the floor's resolution */
 #define PIN_DEAD INT64_MIN
 
+/* The second of \p t_ms; times before the epoch (a corrupt entry's) count
+ * as 0, so bucket * PIN_BUCKET_MS never overflows. */
 static int64_t bucket_of(int64_t t_ms)
 {
-    int64_t b = t_ms / PIN_BUCKET_MS;
-    return (t_ms % PIN_BUCKET_MS < 0) ? b - 1 : b; /* floor */
+    return t_ms > 0 ? t_ms / PIN_BUCKET_MS : 0;
+}
+
+/* Under mu: drop the removed pins and the empty seconds once they
+ * outnumber the live ones (amortized O(1) per removal). */
+static void compact(struct store_pins *p)
+{
+    size_t span = p->n - p->head;
+    if (span > 64 && span - p->live > p->live) {
+        size_t w = 0;
+        for (size_t i = p->head; i < p->n; i++)
+            if (p->pins[i].bucket != PIN_DEAD)
+                p->pins[w++] = p->pins[i];
+        p->head = 0;
+        p->n = w;
+    }
+    size_t bspan = p->bn - p->bhead;
+    if (bspan > 64 && bspan - p->blive > p->blive) {
+        size_t w = 0;
+        for (size_t i = p->bhead; i < p->bn; i++)
+            if (p->buckets[i].count)
+                p->buckets[w++] = p->buckets[i];
+        p->bhead = 0;
+        p->bn = w;
+    }
 }
 
 void store_pins_init(struct store_pins *p)
@@ -133,7 +159,9 @@ bool store_pins_add(struct store_pins *p, uint64_t seq, int64_t written_at_ms)
     memmove(&p->pins[i + 1], &p->pins[i], (p->n - i) * sizeof(*p->pins));
     p->n++;
     p->pins[i] = (struct store_pin){seq, b};
-    bk->count++;
+    p->live++;
+    if (bk->count++ == 0)
+        p->blive++;
     ok = true;
 out:
     floor_update(p); /* drops the second created for nothing */
@@ -156,13 +184,16 @@ void store_pins_remove(struct store_pins *p, uint64_t seq)
             else
                 hi = mid;
         }
-        if (lo < p->bn && p->buckets[lo].bucket == b)
-            p->buckets[lo].count--;
+        if (lo < p->bn && p->buckets[lo].bucket == b
+            && --p->buckets[lo].count == 0)
+            p->blive--;
+        p->live--;
         while (p->head < p->n && p->pins[p->head].bucket == PIN_DEAD)
             p->head++;
         if (p->head == p->n)
             p->head = p->n = 0;
         floor_update(p);
+        compact(p);
     }
     pthread_mutex_unlock(&p->mu);
 }
@@ -178,9 +209,31 @@ void store_pins_ready(struct store_pins *p)
 size_t store_pins_count(struct store_pins *p)
 {
     pthread_mutex_lock(&p->mu);
-    size_t c = 0;
-    for (size_t i = p->head; i < p->n; i++)
-        c += p->pins[i].bucket != PIN_DEAD;
+    size_t c = p->live;
     pthread_mutex_unlock(&p->mu);
     return c;
+}
+
+int64_t store_pins_time(struct store_pins *p, uint64_t seq)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t i = pin_find(p, seq);
+    int64_t t = i < p->n && p->pins[i].bucket != PIN_DEAD
+                    ? p->pins[i].bucket * PIN_BUCKET_MS
+                    : INT64_MIN;
+    pthread_mutex_unlock(&p->mu);
+    return t;
+}
+
+size_t store_pins_older(struct store_pins *p, int64_t before_ms,
+                        uint64_t *out, size_t max)
+{
+    size_t k = 0;
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = p->head; i < p->n && k < max; i++)
+        if (p->pins[i].bucket != PIN_DEAD
+            && p->pins[i].bucket * PIN_BUCKET_MS < before_ms)
+            out[k++] = p->pins[i].seq;
+    pthread_mutex_unlock(&p->mu);
+    return k;
 }

@@ -2820,14 +2820,18 @@ START_TEST(test_store_validator_with_missing_or_expired_body_is_absent)
     char dx[KEY_HEX_LEN + 1];
     key_sha256_hex("X", 1, dx);
     /* RK1 stored at T0 + 1000 with body X; RK2 with the same body by a
-     * completion stamped earlier (T0: another thread's clock), which gives
-     * X an expiry before RK1's own */
+     * completion stamped earlier (T0: another thread's clock, or the wall
+     * clock stepped back).  The body keeps the later expiry (the body
+     * clock, store_body_clock: an outbox entry may name it), so RK1 stays
+     * whole to its own expiry; RK2 ends at its own */
     struct store_complete_req r1 = val_req("op-1", RK1, "X");
     claim_complete(&r1, 1, T0 + 1000);
     struct store_complete_req r2 = val_req("op-2", RK2, "X");
     claim_complete(&r2, 1, T0);
-    ck_assert(vget(RK1, T0 + VAL_TTL));
-    ck_assert(!vget(RK1, T0 + VAL_TTL + 1)); /* live itself, body expired */
+    ck_assert(vget(RK1, T0 + VAL_TTL + 1000));
+    ck_assert(bget(dx, T0 + VAL_TTL + 1000, "X"));
+    ck_assert(!vget(RK1, T0 + VAL_TTL + 1001));
+    ck_assert(vget(RK2, T0 + VAL_TTL));
     ck_assert(!vget(RK2, T0 + VAL_TTL + 1));
 
     /* a body gone from the store: its validator is absent */
@@ -3307,6 +3311,141 @@ START_TEST(test_store_outbox_body_floor_follows_the_oldest_pending_entry)
 }
 END_TEST
 
+/* The wall clock steps back by more than the TTL: a later completion of
+ * the same page (another op) puts the body again with the body clock, not
+ * an earlier expiry, so the pending entry that named it keeps it. */
+START_TEST(test_store_outbox_body_kept_when_the_clock_steps_back)
+{
+    const char *page = "one page, two ops";
+    struct named_event ea = named_event("op-a", page, strlen(page));
+    struct named_event eb = named_event("op-b", page, strlen(page));
+    struct store_complete_req ra = named_req("op-a", RK1, page, strlen(page),
+                                             &ea);
+    struct store_complete_req rb = named_req("op-b", RK2, page, strlen(page),
+                                             &eb);
+    claim_complete(&ra, 1, T0 + 3 * VAL_TTL);
+    claim_complete(&rb, 1, T0); /* the clock went back */
+    ck_assert_int_eq(store_outbox_ack(g_st, rb.seq, "op-b", g_err,
+                                      sizeof(g_err)), DD_OK);
+    char d[KEY_HEX_LEN + 1];
+    key_sha256_hex(page, strlen(page), d);
+    store_set_filter_clock(g_st, T0 + 10 * VAL_TTL);
+    store_compact(g_st);
+    ck_assert(bget(d, 0, page));
+    struct whole_events w;
+    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_mem_eq(w.value[0], ea.value, ea.len);
+    whole_events_free(&w);
+    store_set_filter_clock(g_st, 0);
+    free(ea.value);
+    free(eb.value);
+}
+END_TEST
+
+/* An entry pending for half the TTL is rewritten whole and unpinned: the
+ * bodies written since may expire again, and the replay gives the same
+ * bytes from the entry alone. */
+START_TEST(test_store_outbox_entry_pending_half_the_ttl_holds_its_page_again)
+{
+    const char *page = "a page the broker keeps refusing";
+    struct named_event e = named_event("op-1", page, strlen(page));
+    struct store_complete_req r = named_req("op-1", RK1, page, strlen(page),
+                                            &e);
+    claim_complete(&r, 1, T0);
+    size_t n = 9;
+    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL / 2 - 1000, &n,
+                                            g_err, sizeof(g_err)), DD_OK);
+    ck_assert_uint_eq(n, 0); /* not yet */
+    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL / 2 + 1000, &n,
+                                            g_err, sizeof(g_err)), DD_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL / 2 + 2000, &n,
+                                            g_err, sizeof(g_err)), DD_OK);
+    ck_assert_uint_eq(n, 0); /* once */
+    char d[KEY_HEX_LEN + 1];
+    key_sha256_hex(page, strlen(page), d);
+    store_set_filter_clock(g_st, T0 + 3 * VAL_TTL);
+    store_compact(g_st);
+    ck_assert(!bget(d, 0, NULL)); /* no pin holds it now */
+    struct whole_events w;
+    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_mem_eq(w.value[0], e.value, e.len);
+    whole_events_free(&w);
+    store_set_filter_clock(g_st, 0);
+    struct raw raw;
+    raw_open(&raw);
+    bool holds = false;
+    ck_assert_int_eq(raw_outbox_kind(&raw, r.seq, "keeps refusing", &holds),
+                     STORE_CODEC_OUTBOX);
+    ck_assert(holds);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    ck_assert_int_eq(store_outbox_ack(g_st, r.seq, "op-1", g_err,
+                                      sizeof(g_err)), DD_OK);
+    free(e.value);
+}
+END_TEST
+
+/* Twins of one page in one batch, the first fenced: the standing one's
+ * entry names the body its own completion put. */
+START_TEST(test_store_outbox_names_the_body_of_a_fenced_twins_batch)
+{
+    const char *page = "the shared page";
+    struct named_event ez = named_event("op-z", page, strlen(page));
+    struct named_event ea = named_event("op-a", page, strlen(page));
+    struct store_op op;
+    ck_assert_int_eq(claim("op-z", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("op-a", H1, T0, &op), STORE_CLAIM_NEW);
+    struct store_complete_req r[2] = {
+        named_req("op-z", RK1, page, strlen(page), &ez),
+        named_req("op-a", RK2, page, strlen(page), &ea)};
+    r[0].generation = 9; /* fenced */
+    ck_assert_int_eq(store_complete_batch(g_st, r, 2, T0, g_err,
+                                          sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(r[0].err, DD_ERR_STATE);
+    ck_assert_int_eq(r[1].err, DD_OK);
+    struct whole_events w;
+    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
+    ck_assert_int_eq(w.n, 1);
+    ck_assert_mem_eq(w.value[0], ea.value, ea.len);
+    whole_events_free(&w);
+    struct raw raw;
+    raw_open(&raw);
+    bool holds = true;
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[1].seq, "the shared page",
+                                     &holds), STORE_CODEC_OUTBOX_REF);
+    ck_assert(!holds);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    free(ez.value);
+    free(ea.value);
+}
+END_TEST
+
+/* A literal span that does not fit the value is not trusted: the entry
+ * keeps the whole event. */
+START_TEST(test_store_outbox_literal_span_out_of_the_value_keeps_it_whole)
+{
+    const char *page = "a page";
+    struct named_event e = named_event("op-1", page, strlen(page));
+    struct store_complete_req r = named_req("op-1", RK1, page, strlen(page),
+                                            &e);
+    r.body_lit_len = e.len; /* past the end */
+    claim_complete(&r, 1, T0);
+    struct raw raw;
+    raw_open(&raw);
+    bool holds = false;
+    ck_assert_int_eq(raw_outbox_kind(&raw, r.seq, "a page", &holds),
+                     STORE_CODEC_OUTBOX);
+    ck_assert(holds);
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    free(e.value);
+}
+END_TEST
+
 /* The pins come back at open: a store closed with an entry pending keeps
  * its body through compactions after the reopen; an entry whose body is
  * gone stops the replay, naming it. */
@@ -3664,6 +3803,14 @@ Suite *store_suite(void)
         tc, test_store_outbox_body_pinned_across_reopen_and_absent_is_fatal);
     tcase_add_test(
         tc, test_store_outbox_body_floor_follows_the_oldest_pending_entry);
+    tcase_add_test(tc, test_store_outbox_body_kept_when_the_clock_steps_back);
+    tcase_add_test(
+        tc,
+        test_store_outbox_entry_pending_half_the_ttl_holds_its_page_again);
+    tcase_add_test(tc,
+                   test_store_outbox_names_the_body_of_a_fenced_twins_batch);
+    tcase_add_test(
+        tc, test_store_outbox_literal_span_out_of_the_value_keeps_it_whole);
     suite_add_tcase(s, tc);
 
     tc = tcase("forget");

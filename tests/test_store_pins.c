@@ -75,12 +75,39 @@ START_TEST(test_store_pins_survive_a_long_run_in_about_ack_order)
 }
 END_TEST
 
+/* One entry pending while a million others come and go: the arrays are
+ * compacted, not grown by each removal. */
+START_TEST(test_store_pins_one_stuck_entry_does_not_grow_the_arrays)
+{
+    struct store_pins p;
+    store_pins_init(&p);
+    store_pins_ready(&p);
+    ck_assert(store_pins_add(&p, 1, 1000)); /* never acknowledged */
+    for (uint64_t seq = 2; seq < 1000000; seq++) {
+        ck_assert(store_pins_add(&p, seq, (int64_t)seq * 10));
+        store_pins_remove(&p, seq);
+    }
+    ck_assert_uint_eq(store_pins_count(&p), 1);
+    ck_assert_int_eq(floor_of(&p), 1000);
+    ck_assert_uint_le(p.cap, 256);
+    ck_assert_uint_le(p.bcap, 256);
+    ck_assert_int_eq(store_pins_time(&p, 1), 1000);
+    ck_assert_int_eq(store_pins_time(&p, 2), INT64_MIN);
+    uint64_t old[4];
+    ck_assert_uint_eq(store_pins_older(&p, 1000, old, 4), 0);
+    ck_assert_uint_eq(store_pins_older(&p, 2000, old, 4), 1);
+    ck_assert_uint_eq(old[0], 1);
+    store_pins_destroy(&p);
+}
+END_TEST
+
 Suite *store_pins_suite(void)
 {
     Suite *s = suite_create("store_pins");
     TCase *tc = tcase_create("pins");
     tcase_add_test(tc, test_store_pins_floor_is_the_oldest_pending_second);
     tcase_add_test(tc, test_store_pins_survive_a_long_run_in_about_ack_order);
+    tcase_add_test(tc, test_store_pins_one_stuck_entry_does_not_grow_the_arrays);
     suite_add_tcase(s, tc);
     return s;
 }

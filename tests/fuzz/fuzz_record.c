@@ -640,8 +640,10 @@ static void roundtrip_outbox(struct in *in)
     size_t idlen = strlen(op_id), eklen = strlen(ek);
     struct buf v = ref_outbox(op_id, idlen, ek, eklen, generation, in->p,
                               in->n, expires_at);
-    const struct store_codec_outbox ent = {op_id, idlen, ek, eklen,
-                                           generation, in->p, in->n};
+    const struct store_codec_outbox ent = {
+        .op_id = op_id, .op_id_len = idlen, .event_key = ek,
+        .event_key_len = eklen, .generation = generation, .value = in->p,
+        .value_len = in->n};
     size_t csize = store_codec_outbox_size(idlen, eklen, in->n);
     unsigned char *cv = malloc(csize);
     if (!cv)
