@@ -618,12 +618,15 @@ dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
  *        (store_complete_req.body_lit_off) and have been pending for more
  *        than half the validators TTL at \p now_ms (a result the broker keeps
  *        refusing), so that they stop holding back the TTL compaction of
- *        every body written since (DESIGN.md section 4).  Each rewrite is
- *        synced to disk before its body may go.  Cheap when there is none
- *        (one atomic read); at most 64 per call.
+ *        every body written since (DESIGN.md section 4).  Cheap when there
+ *        is none (one atomic read); else up to 64 entries within about 20
+ *        ms, then one WAL fsync before their pins go.  An entry whose body
+ *        is gone is logged (LOG_ERR; the replay will stop on it) and
+ *        unpinned; the others go on.
  * @param rewritten  Out: entries rewritten.
- * @returns DD_OK; DD_ERR_IO (a read or the write failed: errstr);
- *          DD_ERR_FATAL (a body gone: errstr names it); DD_ERR_NOMEM.
+ * @returns DD_OK; DD_ERR_IO (a read or write failed, or the WAL cannot be
+ *          synced: an earlier fsync failed, store_sync_failed(); the pins
+ *          stay; errstr); DD_ERR_NOMEM.
  * @locality any thread (the pipeline calls it once a second).
  */
 dd_err_t store_outbox_unpin_old(struct store *store, int64_t now_ms,

@@ -1099,15 +1099,8 @@ static bool outbox_unpin(struct store *s, uint64_t seq, bool synced)
         return synced;
     if (!synced && store_add_ms(t, s->validators_ttl_ms)
                        <= store_add_ms(store_clock_ms(s), STORE_UNPIN_SYNC_MS)) {
-        char *rerr = NULL;
-        rocksdb_flush_wal(s->db, 1, &rerr);
-        if (rerr) {
-            log_msg(LOG_WARNING, "STORE", "rocksdb_flush_wal(sync) before "
-                    "unpinning outbox entry %llu: %s (its body is kept)",
-                    (unsigned long long)seq, rerr);
-            rocksdb_free(rerr);
-            return false;
-        }
+        if (!store_wal_sync(s, "unpinning an acknowledged outbox entry"))
+            return false; /* the pin stays */
         synced = true;
     }
     store_pins_remove(&s->pins, seq);
@@ -1416,10 +1409,16 @@ out:
     return err;
 }
 
+/* What unpin_old_one did with an entry. */
+enum unpin_old {
+    UNPIN_OLD_NONE,      /* gone or whole: nothing written */
+    UNPIN_OLD_REWRITTEN, /* rewritten whole (not yet synced) */
+};
+
 /* Under \p seq's op stripe: rewrite its entry, still naming its body, as
- * the whole event (synced), then unpin it.  @returns DD_OK also when the
- * entry is gone or whole already. */
-static dd_err_t unpin_old_one(struct store *s, uint64_t seq, char *errstr,
+ * the whole event (without fsync: the caller syncs once, then unpins). */
+static dd_err_t unpin_old_one(struct store *s, uint64_t seq,
+                              enum unpin_old *did, char *errstr,
                               size_t errstr_size)
 {
     unsigned char key[STORE_CODEC_OUTBOX_KEY_LEN];
@@ -1429,6 +1428,7 @@ static dd_err_t unpin_old_one(struct store *s, uint64_t seq, char *errstr,
     char op_id[STORE_KEY_MAX + 1];
     pthread_mutex_t *mu = NULL;
     dd_err_t err = DD_OK;
+    *did = UNPIN_OLD_NONE;
     /* read, learn the op, take its stripe, read again (an acknowledgement
      * may have deleted the entry meanwhile) */
     for (int pass = 0; pass < 2; pass++) {
@@ -1441,10 +1441,12 @@ static dd_err_t unpin_old_one(struct store *s, uint64_t seq, char *errstr,
             goto out;
         }
         struct store_codec_outbox ent;
-        if (!val || store_codec_outbox_decode(val, vlen, seq, &ent, errstr,
-                                              errstr_size)
-            || !ent.body_sha256)
-            goto out; /* gone, whole, or corrupt (the replay names it) */
+        if (!val)
+            goto out; /* gone */
+        err = store_codec_outbox_decode(val, vlen, seq, &ent, errstr,
+                                        errstr_size);
+        if (err || !ent.body_sha256)
+            goto out; /* corrupt (the replay names it), or whole */
         if (pass == 0) {
             memcpy(op_id, ent.op_id, ent.op_id_len);
             op_id[ent.op_id_len] = '\0';
@@ -1476,14 +1478,12 @@ static dd_err_t unpin_old_one(struct store *s, uint64_t seq, char *errstr,
                        (const char *)key, sizeof(key), (const char *)buf, got,
                        &rerr);
         free(buf);
-        if (!rerr) /* on disk before the pin goes */
-            rocksdb_flush_wal(s->db, 1, &rerr);
         if (rerr) {
             err = store_write_fail(s, rerr, "rocksdb_put_cf(outbox, whole)",
                                    op_id, errstr, errstr_size);
             goto out;
         }
-        store_pins_remove(&s->pins, seq);
+        *did = UNPIN_OLD_REWRITTEN;
     }
 out:
     if (mu)
@@ -1492,6 +1492,9 @@ out:
     free(whole);
     return err;
 }
+
+/* At most this long of the caller's thread per store_outbox_unpin_old. */
+#define STORE_UNPIN_OLD_BUDGET_MS 20
 
 dd_err_t store_outbox_unpin_old(struct store *s, int64_t now_ms,
                                 size_t *rewritten, char *errstr,
@@ -1503,13 +1506,43 @@ dd_err_t store_outbox_unpin_old(struct store *s, int64_t now_ms,
         return DD_OK;
     uint64_t seqs[64];
     size_t k = store_pins_older(&s->pins, before, seqs, 64);
-    for (size_t i = 0; i < k; i++) {
-        dd_err_t err = unpin_old_one(s, seqs[i], errstr, errstr_size);
-        if (err)
-            return err;
-        (*rewritten)++;
+    bool drop[64] = {false};
+    dd_err_t err = DD_OK;
+    int64_t start = dd_now_ms();
+    size_t i = 0;
+    for (; i < k && dd_now_ms() - start < STORE_UNPIN_OLD_BUDGET_MS; i++) {
+        enum unpin_old did;
+        char e[DD_ERRSTR_SIZE];
+        dd_err_t r = unpin_old_one(s, seqs[i], &did, e, sizeof(e));
+        if (r == DD_ERR_FATAL) {
+            /* its body is gone: nothing left to keep; the replay will name
+             * it, and the other entries go on */
+            log_msg(LOG_ERR, "STORE", "%s", e);
+        } else if (r) {
+            dd_errstr_set(errstr, errstr_size, "%s", e);
+            err = r;
+            break;
+        } else if (did == UNPIN_OLD_REWRITTEN) {
+            (*rewritten)++;
+        }
+        /* rewritten, gone (an acknowledgement whose own unpin found the
+         * WAL unsynced), whole or bodiless: the pin goes once synced */
+        drop[i] = true;
     }
-    return DD_OK;
+    /* one sync for them all, before any pin goes */
+    if (!store_wal_sync(s, "unpinning outbox entries rewritten whole")) {
+        if (!err) {
+            dd_errstr_set(errstr, errstr_size, "store_outbox_unpin_old: the "
+                          "WAL cannot be synced (an earlier fsync failed); "
+                          "the pins stay");
+            err = DD_ERR_IO;
+        }
+        return err;
+    }
+    for (size_t j = 0; j < i; j++)
+        if (drop[j])
+            store_pins_remove(&s->pins, seqs[j]);
+    return err;
 }
 
 uint64_t store_outbox_pending(struct store *s)

@@ -268,6 +268,28 @@ dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
     return DD_OK;
 }
 
+bool store_wal_sync(struct store *s, const char *why)
+{
+    if (atomic_load(&s->sync_failed))
+        return false;
+    uint64_t upto = atomic_load(&s->ticket_issued);
+    char *rerr = NULL;
+    rocksdb_flush_wal(s->db, 1, &rerr);
+    if (rerr) {
+        /* final, as the syncer's (sync_main): a second fsync could
+         * "succeed" without the pages the kernel dropped */
+        atomic_store(&s->sync_failed, true);
+        log_msg(LOG_CRIT, "STORE", "%s: rocksdb_flush_wal(sync) before %s "
+                "failed: %s; the WAL is never synced again", s->path, why,
+                rerr);
+        rocksdb_free(rerr);
+        return false;
+    }
+    if (s->group_commit)
+        publish_durable(s, upto);
+    return true;
+}
+
 uint64_t store_durable(struct store *s)
 {
     return s->group_commit ? atomic_load(&s->ticket_durable) : UINT64_MAX;

@@ -249,6 +249,13 @@ rocksdb_writebatch_t *store_wb_take(struct store *s);
  * destroyed).  @locality any thread.  (store_db.c) */
 void store_wb_give(struct store *s, rocksdb_writebatch_t *wb);
 
+/* Sync the WAL now, for \p why (named in the log line of a failure).
+ * Never after a failed fsync (store_sync_failed): false then; a failure
+ * here is final too (logged at LOG_CRIT).  With group commit, what it
+ * covered is published durable.  @returns whether the WAL is on disk.
+ * @locality any thread.  (store_db.c) */
+bool store_wal_sync(struct store *s, const char *why);
+
 /* store_pins.c.  @locality any thread (the filter reads floor_ms only). */
 void store_pins_init(struct store_pins *p);
 void store_pins_destroy(struct store_pins *p);
@@ -265,12 +272,12 @@ void store_pins_remove(struct store_pins *p, uint64_t seq);
  * when it is not pinned. */
 int64_t store_pins_time(struct store_pins *p, uint64_t seq);
 /* Up to \p max seqs pinned at a second before \p before_ms, into \p out
- * (the oldest first).  @returns how many. */
+ * (in seq order).  @returns how many. */
 size_t store_pins_older(struct store_pins *p, int64_t before_ms,
                         uint64_t *out, size_t max);
 /* The open's scan pinned every pending entry: the floor applies. */
 void store_pins_ready(struct store_pins *p);
-/* Live pins (tests and the open's log line; O(pins)). */
+/* Live pins (tests and the open's log line). */
 size_t store_pins_count(struct store_pins *p);
 
 /* Group commit: a ticket for the write just made (durable once

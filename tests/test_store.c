@@ -2850,10 +2850,20 @@ START_TEST(test_store_validator_with_missing_or_expired_body_is_absent)
     rocksdb_writeoptions_destroy(wo);
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     ck_assert(raw_exists(&raw, RAW_VALIDATORS, RK3));
+    /* a body that expires before its validator (written by a dedupd with a
+     * shorter store.validators_ttl_ms, say): the validator is absent once
+     * the body expired, though it is live itself */
+    unsigned char bv[STORE_CODEC_BODY_HEAD_LEN + 1];
+    ck_assert_uint_eq(store_codec_body_head(T0 + 10, 1, bv), sizeof(bv) - 1);
+    bv[sizeof(bv) - 1] = 'X';
+    raw_put(&raw, RAW_BODIES, dx, bv, sizeof(bv));
     raw_close(&raw);
     reopen_as("a", "r2");
     ck_assert(!vget(RK3, T0));
     ck_assert(!bget(digest, T0, NULL));
+    ck_assert(vget(RK1, T0 + 10));
+    ck_assert(!vget(RK1, T0 + 11)); /* live itself, body expired */
+    ck_assert(bget(dx, T0 + 10, "X"));
 }
 END_TEST
 
@@ -3388,6 +3398,49 @@ START_TEST(test_store_outbox_entry_pending_half_the_ttl_holds_its_page_again)
 }
 END_TEST
 
+/* An old entry whose body is gone does not keep the others pinned: it is
+ * logged and unpinned, the next one rewritten. */
+START_TEST(test_store_outbox_unpin_old_goes_past_an_entry_without_its_body)
+{
+    const char *p1 = "first page, its body lost", *p2 = "second page";
+    struct named_event e1 = named_event("op-1", p1, strlen(p1));
+    struct named_event e2 = named_event("op-2", p2, strlen(p2));
+    struct store_complete_req r[2] = {
+        named_req("op-1", RK1, p1, strlen(p1), &e1),
+        named_req("op-2", RK2, p2, strlen(p2), &e2)};
+    claim_complete(r, 2, T0);
+    char d1[KEY_HEX_LEN + 1];
+    key_sha256_hex(p1, strlen(p1), d1);
+    struct raw raw;
+    raw_open(&raw);
+    char *err = NULL;
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    rocksdb_delete_cf(raw.db, wo, raw.cf[RAW_BODIES], d1, KEY_HEX_LEN, &err);
+    rocksdb_writeoptions_destroy(wo);
+    ck_assert_msg(err == NULL, "%s", err ? err : "");
+    raw_close(&raw);
+    reopen_as("a", "r2");
+    size_t n = 0;
+    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL, &n, g_err,
+                                            sizeof(g_err)), DD_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL, &n, g_err,
+                                            sizeof(g_err)), DD_OK);
+    ck_assert_uint_eq(n, 0); /* both unpinned */
+    raw_open(&raw);
+    bool holds = false;
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[1].seq, "second page", &holds),
+                     STORE_CODEC_OUTBOX);
+    ck_assert(holds);
+    ck_assert_int_eq(raw_outbox_kind(&raw, r[0].seq, "op-1", &holds),
+                     STORE_CODEC_OUTBOX_REF);
+    raw_close(&raw);
+    reopen_as("a", "r3");
+    free(e1.value);
+    free(e2.value);
+}
+END_TEST
+
 /* Twins of one page in one batch, the first fenced: the standing one's
  * entry names the body its own completion put. */
 START_TEST(test_store_outbox_names_the_body_of_a_fenced_twins_batch)
@@ -3809,6 +3862,8 @@ Suite *store_suite(void)
         test_store_outbox_entry_pending_half_the_ttl_holds_its_page_again);
     tcase_add_test(tc,
                    test_store_outbox_names_the_body_of_a_fenced_twins_batch);
+    tcase_add_test(
+        tc, test_store_outbox_unpin_old_goes_past_an_entry_without_its_body);
     tcase_add_test(
         tc, test_store_outbox_literal_span_out_of_the_value_keeps_it_whole);
     suite_add_tcase(s, tc);
