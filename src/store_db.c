@@ -247,13 +247,15 @@ bool store_sync_failed(struct store *s)
     return atomic_load(&s->sync_failed);
 }
 
-dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
+/* Sync the WAL (rocksdb_flush_wal, sync), never after a failed fsync: a
+ * failure is final (sync_main says why).  With group commit, what it
+ * covered is published durable.  @locality any thread. */
+static dd_err_t wal_sync(struct store *s, const char *fn, char *errstr,
+                         size_t errstr_size)
 {
-    if (!s->group_commit)
-        return DD_OK;
     if (atomic_load(&s->sync_failed)) {
         dd_errstr_set(errstr, errstr_size,
-                      "store_sync_now(%s): an earlier WAL fsync failed", s->path);
+                      "%s(%s): an earlier WAL fsync failed", fn, s->path);
         return DD_ERR_IO;
     }
     uint64_t upto = atomic_load(&s->ticket_issued);
@@ -264,30 +266,28 @@ dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
         return store_rdb_fail(rerr, "rocksdb_flush_wal(sync)", s->path,
                               errstr, errstr_size);
     }
-    publish_durable(s, upto);
+    if (s->group_commit)
+        publish_durable(s, upto);
     return DD_OK;
+}
+
+dd_err_t store_sync_now(struct store *s, char *errstr, size_t errstr_size)
+{
+    if (!s->group_commit)
+        return DD_OK;
+    return wal_sync(s, "store_sync_now", errstr, errstr_size);
 }
 
 bool store_wal_sync(struct store *s, const char *why)
 {
-    if (atomic_load(&s->sync_failed))
-        return false;
-    uint64_t upto = atomic_load(&s->ticket_issued);
-    char *rerr = NULL;
-    rocksdb_flush_wal(s->db, 1, &rerr);
-    if (rerr) {
-        /* final, as the syncer's (sync_main): a second fsync could
-         * "succeed" without the pages the kernel dropped */
-        atomic_store(&s->sync_failed, true);
-        log_msg(LOG_CRIT, "STORE", "%s: rocksdb_flush_wal(sync) before %s "
-                "failed: %s; the WAL is never synced again", s->path, why,
-                rerr);
-        rocksdb_free(rerr);
-        return false;
-    }
-    if (s->group_commit)
-        publish_durable(s, upto);
-    return true;
+    bool earlier = atomic_load(&s->sync_failed);
+    char e[DD_ERRSTR_SIZE];
+    if (!wal_sync(s, "store_wal_sync", e, sizeof(e)))
+        return true;
+    if (!earlier)
+        log_msg(LOG_CRIT, "STORE", "%s, before %s; the WAL is never synced "
+                "again", e, why);
+    return false;
 }
 
 uint64_t store_durable(struct store *s)
