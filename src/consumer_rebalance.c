@@ -239,8 +239,10 @@ static void assign_restore(struct pipeline *pl, const int32_t *ids, size_t n)
  * transaction holding offsets of these partitions is open, so a zombie's
  * last transaction has committed (its changelog records are then visible to
  * the restore) or aborted.  The offsets found are sent with every commit
- * until the partition moves (consumer_txn_assigned). */
-static void assign_committed(struct pipeline *pl, rd_kafka_t *rk,
+ * until the partition moves (consumer_txn_assigned).  @returns true when
+ * the consumer is closing (the stop): nothing else of the assignment is
+ * done then. */
+static bool assign_committed(struct pipeline *pl, rd_kafka_t *rk,
                              const rd_kafka_topic_partition_list_t *parts)
 {
     rd_kafka_topic_partition_list_t *c =
@@ -248,7 +250,15 @@ static void assign_committed(struct pipeline *pl, rd_kafka_t *rk,
     int timeout = (int)pl->cfg->processing_transaction_timeout_ms + 30000;
     int64_t t0 = dd_now_ms();
     rd_kafka_resp_err_t e = rd_kafka_committed(rk, c, timeout);
-    if (e) {
+    bool closing = e == RD_KAFKA_RESP_ERR__DESTROY && pl->stop_at_ms;
+    if (closing) {
+        /* the stop's rd_kafka_consumer_close: the group gave this member
+         * the partitions its peers left (seen in it_eos's last phase);
+         * nothing of them is consumed, their next owner takes them */
+        log_msg(LOG_INFO, "consumer", "exactly_once: %d partitions "
+                "assigned while the consumer closes: left to their next "
+                "owner", parts->cnt);
+    } else if (e) {
         pl->fatal = DD_ERR_FATAL;
         dd_errstr_set(pl->fatal_msg, sizeof(pl->fatal_msg),
                       "exactly_once: the committed offsets of the assigned "
@@ -264,6 +274,7 @@ static void assign_committed(struct pipeline *pl, rd_kafka_t *rk,
                     "was open)", (long long)(dd_now_ms() - t0));
     }
     rd_kafka_topic_partition_list_destroy(c);
+    return closing;
 }
 
 /* Before the first messages of an assignment: the hot index's rebuild from
@@ -316,9 +327,8 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
     log_msg(LOG_INFO, "consumer", "assigned %d partitions", parts->cnt);
     metrics_gauge_set(METRICS_PARTITIONS_ASSIGNED, (int64_t)n);
     assign_index_wait(pl, n);
-    if (pl->eos)
-        assign_committed(pl, rk, parts);
-    if (pl->restorer && !pl->fatal) {
+    bool closing = pl->eos && assign_committed(pl, rk, parts);
+    if (pl->restorer && !pl->fatal && !closing) {
         assign_restore(pl, ids, n);
         checkpoint_follow(pl, ids, n);
     }
@@ -329,7 +339,7 @@ static void on_assign(struct pipeline *pl, rd_kafka_t *rk,
      * to a second later).  Measured in bench row 1 (issue 13): after the
      * first 120,000 messages, 0.4 to 0.7 s without one. */
     rd_kafka_assign(rk, parts);
-    if (plan.ready && !pl->fatal) {
+    if (plan.ready && !pl->fatal && !closing) {
         pl->restored_once = true;
         if (pl->api)
             api_ready_set(pl->api, true);
