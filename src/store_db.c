@@ -73,83 +73,47 @@ bool store_write_failed(struct store *s, char *cause, size_t cause_size)
 /* @locality RocksDB's compaction threads (and store_close's). */
 static void ttl_filter_destroy(void *state)
 {
-    (void)state; /* the filter's state is the store itself */
+    (void)state; /* the filter's state is in the store itself */
 }
 
 /* @locality RocksDB's compaction threads. */
 static const char *ttl_filter_name(void *state)
 {
-    (void)state;
-    return "dedupd.ttl";
+    const struct store_filter *f = state;
+    return f->bodies ? "dedupd.ttl.bodies" : "dedupd.ttl";
 }
 
-/* The expires_at of a record the filters understand; false for the rest
- * (a newer layout's records), which they keep.
- * @locality RocksDB's compaction threads. */
-static bool filter_expires_at(const char *value, size_t value_length,
-                              int64_t *expires_at)
-{
-    if (value_length < STORE_CODEC_HDR_LEN
-        || (unsigned char)value[0] != STORE_LAYOUT_V1)
-        return false;
-    *expires_at =
-        (int64_t)store_codec_le64_get((const unsigned char *)value + 8);
-    return true;
-}
-
-/* @locality RocksDB's compaction threads: reads only the store's filter
- * clock (atomic). */
+/* Drop an expired record; keep what it does not understand (a newer
+ * layout's records).  For CF bodies (f->bodies) a body is dropped only
+ * when it also expired before the pins' floor (store_pins.c): a body a
+ * pending outbox entry names is kept, whatever its age.
+ * @locality RocksDB's compaction threads: reads the filter clock and the
+ * floor (atomics). */
 static unsigned char ttl_filter(void *state, int level, const char *key,
                                 size_t key_length, const char *value,
                                 size_t value_length, char **new_value,
                                 size_t *new_value_length,
                                 unsigned char *value_changed)
 {
+    const struct store_filter *f = state;
     (void)level;
     (void)key;
     (void)key_length;
     (void)new_value;
     (void)new_value_length;
     *value_changed = 0;
-    int64_t expires_at;
-    return filter_expires_at(value, value_length, &expires_at)
-                   && store_record_expired(expires_at, store_clock_ms(state))
-               ? 1
-               : 0;
-}
-
-/* @locality RocksDB's compaction threads. */
-static const char *body_filter_name(void *state)
-{
-    (void)state;
-    return "dedupd.ttl.bodies";
-}
-
-/* The TTL filter of CF bodies: as ttl_filter, but a body is dropped only
- * when it also expired before the pins' floor (store_pins.c): a body a
- * pending outbox entry names is kept, whatever its age.
- * @locality RocksDB's compaction threads: reads the filter clock and the
- * floor (atomics). */
-static unsigned char body_filter(void *state, int level, const char *key,
-                                 size_t key_length, const char *value,
-                                 size_t value_length, char **new_value,
-                                 size_t *new_value_length,
-                                 unsigned char *value_changed)
-{
-    struct store *s = state;
-    (void)level;
-    (void)key;
-    (void)key_length;
-    (void)new_value;
-    (void)new_value_length;
-    *value_changed = 0;
-    int64_t expires_at;
-    if (!filter_expires_at(value, value_length, &expires_at))
+    if (value_length < STORE_CODEC_HDR_LEN
+        || (unsigned char)value[0] != STORE_LAYOUT_V1)
         return 0;
-    int64_t now = store_clock_ms(s);
-    int64_t floor = atomic_load(&s->pins.floor_ms);
-    return store_record_expired(expires_at, floor < now ? floor : now) ? 1
-                                                                       : 0;
+    int64_t expires_at =
+        (int64_t)store_codec_le64_get((const unsigned char *)value + 8);
+    int64_t now = store_clock_ms(f->store);
+    if (f->bodies) {
+        int64_t floor = atomic_load(&f->store->pins.floor_ms);
+        if (floor < now)
+            now = floor;
+    }
+    return store_record_expired(expires_at, now) ? 1 : 0;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -335,12 +299,15 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * dedupd's own log through the calls' status text. */
     rocksdb_options_set_info_log_level(s->opts, STORE_ROCKSDB_NO_INFO_LOG);
 
-    s->filter = rocksdb_compactionfilter_create(s, ttl_filter_destroy,
-                                                ttl_filter, ttl_filter_name);
+    s->filter_state = (struct store_filter){s, false};
+    s->body_filter_state = (struct store_filter){s, true};
+    s->filter = rocksdb_compactionfilter_create(
+        &s->filter_state, ttl_filter_destroy, ttl_filter, ttl_filter_name);
     s->ttl_opts = rocksdb_options_create_copy(s->opts);
     rocksdb_options_set_compaction_filter(s->ttl_opts, s->filter);
     s->body_filter = rocksdb_compactionfilter_create(
-        s, ttl_filter_destroy, body_filter, body_filter_name);
+        &s->body_filter_state, ttl_filter_destroy, ttl_filter,
+        ttl_filter_name);
     s->body_opts = rocksdb_options_create_copy(s->opts);
     rocksdb_options_set_compaction_filter(s->body_opts, s->body_filter);
 

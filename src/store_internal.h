@@ -1,9 +1,10 @@
 /*
- * store_internal.h: INTERNAL to the store's files (src/store.c, store_db.c,
- * store_cond.c, store_marks.c), not an API: what they share.
+ * store_internal.h: INTERNAL to the store's files (src/store*.c), not an
+ * API: what they share.
  *
  *   store.c        the op state machine: claims, batched claims, fenced
- *                  transitions, completions, outbox, attempts, forget
+ *                  transitions, completions, attempts, forget
+ *   store_outbox.c the outbox's acknowledgements, replay and old entries
  *   store_db.c     RocksDB options, column families, layout check, the
  *                  compaction filter, the group-commit thread, open and
  *                  close, the index rebuild
@@ -87,6 +88,13 @@ struct store_pins {
     _Atomic int64_t floor_ms;
 };
 
+/* The state of a TTL compaction filter (store_db.c): the store, and
+ * whether it filters CF bodies (then the pins' floor applies too). */
+struct store_filter {
+    struct store *store;
+    bool bodies;
+};
+
 struct store {
     rocksdb_t *db;
     rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
@@ -96,6 +104,7 @@ struct store {
     rocksdb_compactionfilter_t *filter;
     rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter */
     rocksdb_compactionfilter_t *body_filter;
+    struct store_filter filter_state, body_filter_state;
     rocksdb_readoptions_t *ropts;
     rocksdb_writeoptions_t *wopts;
     rocksdb_writeoptions_t *wopts_nosync; /* never synced: claims, outbox
@@ -190,6 +199,32 @@ static inline pthread_mutex_t *store_op_stripe(struct store *s,
 {
     store_index_digest(s->idx, op_id, strlen(op_id), k);
     return store_key_stripe(s, k);
+}
+
+/* Lock the stripes whose bits are set in \p mask, in ascending order (no
+ * deadlock with anyone).  @locality any thread. */
+static inline void store_stripes_lock(struct store *s,
+                                      const uint64_t mask[STORE_STRIPES / 64])
+{
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (mask[st / 64] >> (st % 64) & 1)
+            pthread_mutex_lock(&s->stripes[st]);
+}
+
+static inline void store_stripes_unlock(struct store *s,
+                                        const uint64_t mask[STORE_STRIPES / 64])
+{
+    for (uint32_t st = 0; st < STORE_STRIPES; st++)
+        if (mask[st / 64] >> (st % 64) & 1)
+            pthread_mutex_unlock(&s->stripes[st]);
+}
+
+/* Add the stripe of index key \p k to \p mask. */
+static inline void store_stripes_add(uint64_t mask[STORE_STRIPES / 64],
+                                     const struct store_index_key *k)
+{
+    uint32_t st = (uint32_t)(k->k0 % STORE_STRIPES);
+    mask[st / 64] |= UINT64_C(1) << (st % 64);
 }
 
 /* Convert a RocksDB error at the boundary: "call(what): message" in errstr,

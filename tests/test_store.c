@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #endif
 #include <check.h>
+#include <stdarg.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -3171,6 +3172,24 @@ static void whole_events_free(struct whole_events *w)
         free(w->value[i]);
 }
 
+/* The pending entries' events, in seq order, are byte for byte those of
+ * the \p n named events that follow (const struct named_event *). */
+static void expect_events(int n, ...)
+{
+    struct whole_events w;
+    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
+    ck_assert_int_eq(w.n, n);
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        const struct named_event *e = va_arg(ap, const struct named_event *);
+        ck_assert_uint_eq(w.len[i], e->len);
+        ck_assert_mem_eq(w.value[i], e->value, e->len);
+    }
+    va_end(ap);
+    whole_events_free(&w);
+}
+
 /* The raw outbox entry of \p seq (store closed): its record type, and
  * whether its bytes hold \p needle. */
 static int raw_outbox_kind(struct raw *raw, uint64_t seq, const char *needle,
@@ -3310,11 +3329,7 @@ START_TEST(test_store_outbox_body_floor_follows_the_oldest_pending_entry)
     store_compact(g_st);
     ck_assert(!bget(d1, 0, NULL));
     ck_assert(bget(d2, 0, p2));
-    struct whole_events w;
-    ck_assert_int_eq(whole_events(&w), DD_OK);
-    ck_assert_int_eq(w.n, 1);
-    ck_assert_mem_eq(w.value[0], e2.value, e2.len);
-    whole_events_free(&w);
+    expect_events(1, &e2);
     store_set_filter_clock(g_st, 0);
     free(e1.value);
     free(e2.value);
@@ -3342,11 +3357,7 @@ START_TEST(test_store_outbox_body_kept_when_the_clock_steps_back)
     store_set_filter_clock(g_st, T0 + 10 * VAL_TTL);
     store_compact(g_st);
     ck_assert(bget(d, 0, page));
-    struct whole_events w;
-    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
-    ck_assert_int_eq(w.n, 1);
-    ck_assert_mem_eq(w.value[0], ea.value, ea.len);
-    whole_events_free(&w);
+    expect_events(1, &ea);
     store_set_filter_clock(g_st, 0);
     free(ea.value);
     free(eb.value);
@@ -3378,11 +3389,7 @@ START_TEST(test_store_outbox_entry_pending_half_the_ttl_holds_its_page_again)
     store_set_filter_clock(g_st, T0 + 3 * VAL_TTL);
     store_compact(g_st);
     ck_assert(!bget(d, 0, NULL)); /* no pin holds it now */
-    struct whole_events w;
-    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
-    ck_assert_int_eq(w.n, 1);
-    ck_assert_mem_eq(w.value[0], e.value, e.len);
-    whole_events_free(&w);
+    expect_events(1, &e);
     store_set_filter_clock(g_st, 0);
     struct raw raw;
     raw_open(&raw);
@@ -3459,11 +3466,7 @@ START_TEST(test_store_outbox_names_the_body_of_a_fenced_twins_batch)
                                           sizeof(g_err)), DD_OK);
     ck_assert_int_eq(r[0].err, DD_ERR_STATE);
     ck_assert_int_eq(r[1].err, DD_OK);
-    struct whole_events w;
-    ck_assert_msg(whole_events(&w) == DD_OK, "%s", g_err);
-    ck_assert_int_eq(w.n, 1);
-    ck_assert_mem_eq(w.value[0], ea.value, ea.len);
-    whole_events_free(&w);
+    expect_events(1, &ea);
     struct raw raw;
     raw_open(&raw);
     bool holds = true;
@@ -3515,11 +3518,7 @@ START_TEST(test_store_outbox_body_pinned_across_reopen_and_absent_is_fatal)
     store_set_filter_clock(g_st, T0 + 2 * VAL_TTL);
     store_compact(g_st);
     ck_assert(bget(d, 0, page));
-    struct whole_events w;
-    ck_assert_int_eq(whole_events(&w), DD_OK);
-    ck_assert_int_eq(w.n, 1);
-    ck_assert_mem_eq(w.value[0], e.value, e.len);
-    whole_events_free(&w);
+    expect_events(1, &e);
 
     struct raw raw;
     raw_open(&raw);
@@ -3530,6 +3529,7 @@ START_TEST(test_store_outbox_body_pinned_across_reopen_and_absent_is_fatal)
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     raw_close(&raw);
     reopen_as("a", "r3");
+    struct whole_events w;
     ck_assert_int_eq(whole_events(&w), DD_ERR_FATAL);
     ck_assert_int_eq(w.n, 0);
     char want[DD_ERRSTR_SIZE];
