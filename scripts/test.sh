@@ -14,8 +14,9 @@
 #      nice 19 (CPU the other stages leave idle: the integration tests mostly
 #      wait on the broker), and the script waits for it at the end.
 #   5. fuzz: tests/fuzz/run.sh (libFuzzer smoke run, regressions replayed)
-# At exit the topics this run's integration tests created are dropped from
-# the broker (drop_test_topics), which goes on running when it was up before.
+# At exit the topics this run's integration tests created (and only those)
+# are dropped from the broker (drop_test_topics), which goes on running when
+# it was up before.
 # Every stage runs even when an earlier test stage failed; a summary with each
 # stage's time closes the run, and the exit code is non-zero if any failed.
 #
@@ -178,17 +179,21 @@ started_stack=0
 if ! ./scripts/stack.sh status >/dev/null 2>&1; then
   started_stack=1
 fi
-# The topics of this run's integration tests (named <test>-<pid>-<epoch
-# seconds>..., some with a "shadow." twin: tests/integration/lib.sh), dropped
-# when the suite ends: a broker left with hundreds of them ran later runs and
-# benchmarks slower (issue 13's notes).  DRY=1 lists them instead.
+# The topics of this run's integration tests, dropped when the suite ends: a
+# broker left with hundreds of them ran later runs and benchmarks slower
+# (issue 13's notes).  Each test names its topics after its tag
+# <test>-<pid>-<epoch seconds> (some with a "shadow." twin or a suffix) and
+# lists the tag in $DEDUPD_TOPICS_LOG (tests/integration/lib.sh), so another
+# suite's topics on the same broker are left alone.  DRY=1 lists them.
+export DEDUPD_TOPICS_LOG=$logs/topics
+: >"$DEDUPD_TOPICS_LOG"
 drop_test_topics() {
   local bs names chunk
   bs=$(./scripts/stack.sh env 2>/dev/null | sed -n 's/^KAFKA_BOOTSTRAP="\(.*\)"$/\1/p')
-  [ -n "$bs" ] && [ -x build/bench/raw_consumer ] || return 0
+  [ -n "$bs" ] && [ -x build/bench/raw_consumer ] && [ -s "$DEDUPD_TOPICS_LOG" ] || return 0
   names=$(timeout 20 kcat -L -b "$bs" 2>/dev/null |
-    sed -nE 's/^ *topic "(([a-z]+\.)?it_[a-z0-9_]+-[0-9]+-([0-9]+)[^"]*)".*/\3 \1/p' |
-    awk -v s="$t_start" '$1 >= s {print $2}')
+    sed -nE 's/^ *topic "(([a-z]+\.)?(it_[a-z0-9_]+-[0-9]+-[0-9]+)[^"]*)".*/\3 \1/p' |
+    awk 'NR == FNR { tag[$1] = 1; next } ($1 in tag) { print $2 }' "$DEDUPD_TOPICS_LOG" -)
   [ -n "$names" ] || return 0
   if [ "${DRY:-0}" = 1 ]; then echo "$names"; return 0; fi
   for chunk in $(echo "$names" | xargs -n 100 | tr ' ' ','); do

@@ -7,6 +7,8 @@ DEDUPD=${DEDUPD_BIN:-$ROOT/build/dedupd}
 CFG=$ROOT/config/dedupd.json
 eval "$("$ROOT/scripts/stack.sh" env)"
 T="$(basename "$0" .sh)-$$-$(date +%s)"
+# scripts/test.sh drops the topics of the tests it ran, listed here
+[ -n "${DEDUPD_TOPICS_LOG:-}" ] && echo "$T" >>"$DEDUPD_TOPICS_LOG"
 WORK=$(mktemp -d "/tmp/dedupd-$T.XXXX")
 trap 'rm -rf "$WORK"' EXIT
 export DEDUPD_BROKER__BOOTSTRAP_SERVERS=$KAFKA_BOOTSTRAP
