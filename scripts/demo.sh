@@ -123,7 +123,7 @@ dedupd demo summary ($([ $first_run = 1 ] && echo "first run" || echo "re-run ag
   conflicts (reported)      $conflicts ($(jq .conflicts_reported "$st"))
   to the DLQ                $dlq
   fetch attempts            $(jq .fetch_attempts "$st"), 429s $(jq .throttled "$st"), rotations $rotations
-  origin answers this run   $by_exit
+  origin answers this run   ${by_exit:-none}
   origin fetches (nginx)    $origin_fetches since the store was created, $new_origin_fetches in this run
   results after dedup       $results_after_dedup ($fetched_ok fetched)
 SUMMARY
