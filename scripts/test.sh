@@ -2,7 +2,8 @@
 # The whole test suite, in stages:
 #   1. deps, build (build/), the local stack
 #   2. ctest in build/: Check unit tests (label unit) and integration tests
-#      (label integration, against the stack)
+#      (label integration, against the stack), two entries at a time but the
+#      RUN_SERIAL ones (tests/CMakeLists.txt)
 #   3. asan: build-asan/ (clang, -DDEDUPD_SANITIZE=ON: ASan + UBSan on every
 #      target; built in the background at nice 19 during stage 2) and the same
 #      ctest entries there but DEDUPD_ASAN_EXCLUDE: the integration scripts run
@@ -21,6 +22,8 @@
 # stage's time closes the run, and the exit code is non-zero if any failed.
 #
 #   DEDUPD_TEST_FAST=1     stages 1-2 only (local iteration)
+#   DEDUPD_TEST_JOBS=N     ctest entries run at once in stages 2 and 3 (default
+#                          2; entries marked RUN_SERIAL always run alone)
 #   DEDUPD_TEST_SKIP=LIST  skip some of: asan valgrind fuzz (comma or space separated)
 #   DEDUPD_FUZZ_SECONDS=N  seconds of fuzzing per target (default 5)
 #   DEDUPD_ASAN_CC=CC      compiler of build-asan (default clang; with gcc, UBSan
@@ -215,13 +218,18 @@ trap cleanup EXIT
 ./scripts/stack.sh up
 record stack $(( $(date +%s) - t )) ok
 
+# Two entries at a time: the integration tests mostly wait on the broker, and
+# those that must run alone (a broker restart, time bounds, the throttled
+# exit) say so with RUN_SERIAL (tests/CMakeLists.txt gives each reason).
+ctest_jobs=${DEDUPD_TEST_JOBS:-2}
+
 t=$(date +%s)
 echo "==> unit and integration tests"
 # One ctest run: unit tests (label unit) and integration tests (label
 # integration, against the stack).  ctest's closing line gives the counts.
 rc=0
 expected=$(ctest_listed build)
-ctest --test-dir build --output-on-failure --no-tests=error -j1 --timeout 600 2>&1 | tee "$logs/ctest.log" || rc=$?
+ctest --test-dir build --output-on-failure --no-tests=error -j"$ctest_jobs" --timeout 600 2>&1 | tee "$logs/ctest.log" || rc=$?
 ctest_counts "$logs/ctest.log" "$expected" || rc=1
 record ctest $(( $(date +%s) - t )) "$([ $rc = 0 ] && echo ok || echo FAILED)"
 
@@ -247,7 +255,7 @@ if want asan; then
     expected=$(ctest_listed build-asan ${asan_exclude:+-E "$asan_exclude"})
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:log_path=$sanlogs/san${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$sanlogs/san${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
-      ctest --test-dir build-asan --output-on-failure --no-tests=error -j1 --timeout 900 \
+      ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$ctest_jobs" --timeout 900 \
         ${asan_exclude:+-E "$asan_exclude"} 2>&1 \
       | tee "$logs/asan-ctest.log" || rc=$?
     ctest_counts "$logs/asan-ctest.log" "$expected" || rc=1
