@@ -211,7 +211,10 @@ static void *conn_main(void *arg)
                      strstr(target, "?ra=") + 4);
         }
         if (srv.n_log < LOG_MAX)
-            snprintf(srv.log[srv.n_log++], 256, "%s %s %s", method, target, cookie);
+            /* bounded to fit the 256-byte entry (a Debug build's
+             * -Werror=format-truncation) */
+            snprintf(srv.log[srv.n_log++], 256, "%.15s %.150s %.80s", method,
+                     target, cookie);
         if (++srv.active > srv.max_active)
             srv.max_active = srv.active;
         pthread_mutex_unlock(&srv.lock);
