@@ -1106,8 +1106,8 @@ static void attempt_record(struct store_attempt *sa,
  * attempt and the not-before time, retryable -> running when the attempt
  * starts.  The retry itself stays in the engine's timers; the record is what
  * `dedupd inspect` shows and what a reclaim after a crash waits out.  Reads
- * only fields of \p req_opaque fixed before fetch_submit; the store is
- * thread-safe (per-op stripes).  A failure is logged: the completion's
+ * only fields of \p req_opaque fixed before fetch_submit, and sets its
+ * rec_retried; the store is thread-safe (per-op stripes).  A failure is logged: the completion's
  * fencing still decides.
  * @locality fetch engine thread.
  */
@@ -1116,9 +1116,11 @@ static void on_fetch_retry(void *arg, void *req_opaque,
                            uint32_t attempts, const struct fetch_attempt *fa)
 {
     struct pipeline *pl = arg;
-    const struct opctx *o = req_opaque;
+    struct opctx *o = req_opaque;
     char e[DD_ERRSTR_SIZE];
     dd_err_t err;
+    /* the completion reads the record again (fetched_prepare) */
+    atomic_store_explicit(&o->rec_retried, true, memory_order_relaxed);
     if (ev == FETCH_RETRY_WAIT) {
         struct store_attempt sa;
         attempt_record(&sa, fa, o->base_attempts + attempts, o->generation);
@@ -1238,8 +1240,16 @@ static void fetched_prepare(struct pipeline *pl, struct opctx *o,
         .value_len = f->value_len,
         .attempt_log = f->attempts,
         .n_attempt_log = n_log,
-        /* fenced by a read: the fetch engine's lease renewals and retries
-         * rewrote the record since the claim */
+        /* fenced on the claim's record without a read unless a lease
+         * renewal or the retry hook rewrote it since (the index cannot
+         * tell: neither changes its state, expiry or request hash for
+         * long), and while the index still holds it (store_index_holds:
+         * nothing else wrote it either) */
+        .held = o->rec_renewed ||
+                        atomic_load_explicit(&o->rec_retried,
+                                             memory_order_relaxed)
+                    ? NULL
+                    : &o->rec,
         .written = &o->rec,
     };
     /* A fresh 2xx of a conditional-refetch candidate keeps (or, without
@@ -1494,6 +1504,7 @@ static void renew_leases(struct pipeline *pl)
         for (struct opctx *o = pl->opmap[b]; o; o = o->hnext) {
             if (o->stored || o->rec_unwritten) /* no record to renew */
                 continue;
+            o->rec_renewed = true; /* rec no longer the stored record */
             if (store_lease_renew(pl->store, o->op_id, o->generation, now, e,
                                   sizeof(e))) {
                 struct log_ctx lc = {pl->cfg->topic_jobs, -1, -1, o->op_id};

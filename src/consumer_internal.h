@@ -11,6 +11,7 @@
 #define DEDUPD_CONSUMER_INTERNAL_H
 
 #include <librdkafka/rdkafka.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,6 +89,12 @@ struct opctx {
                                    (store_claim_req.deferred: shadow): it is
                                    written once, when its result is
                                    acknowledged (consumer_out_acks_flush) */
+    bool rec_renewed;           /* a lease renewal rewrote the record since
+                                   rec (pipeline thread) */
+    atomic_bool rec_retried;    /* the retry hook rewrote the record since
+                                   rec (set on the fetch engine's thread
+                                   before the op's result is queued, read
+                                   by the pipeline after taking it) */
 };
 
 enum out_kind {

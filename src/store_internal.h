@@ -102,7 +102,9 @@ struct store {
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
-    rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter */
+    rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter,
+                                     no memtable bloom */
+    rocksdb_options_t *outbox_opts; /* CF outbox: no memtable bloom */
     rocksdb_compactionfilter_t *body_filter;
     struct store_filter filter_state, body_filter_state;
     rocksdb_readoptions_t *ropts;
