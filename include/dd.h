@@ -15,6 +15,7 @@
 #ifndef DEDUPD_DD_H
 #define DEDUPD_DD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,5 +80,79 @@ void *dd_xcalloc(size_t nmemb, size_t size, const char *what);
 void *dd_xrealloc(void *p, size_t n, const char *what);
 /** @brief strdup(\p s), or dd_oom(\p what). @returns never NULL; free() it. */
 char *dd_xstrdup(const char *s, const char *what);
+
+/* ---------------------------------------------------------------------- */
+/* scratch: a batch's temporary arrays, reused from batch to batch         */
+
+/** One block beyond a scratch's reused one (dd_scratch_alloc). */
+struct dd_scratch_block;
+
+/**
+ * @brief Temporary memory for one batch (a poll batch, a completion batch):
+ *        bump-allocated from one block that is kept from batch to batch, and
+ *        released all at once by dd_scratch_reset().
+ *
+ * Why: a batch's arrays (hundreds of KB for a poll batch of 1,000 messages)
+ * were malloc()ed and freed per batch; a request that large makes glibc's
+ * malloc consolidate its fastbins first (malloc_consolidate, 3% of the
+ * pipeline thread in shadow runs; issue 13: "no per-message malloc churn on
+ * the hot path, arena or reuse").  The first batch allocates; dd_scratch_reset
+ * then grows the kept block to twice what the batch used (at most
+ * DD_SCRATCH_KEEP_MAX bytes), so later batches of that size allocate nothing.
+ *
+ * Zero-initialize (`struct dd_scratch sc = {0}`); not thread-safe (one owner
+ * at a time); dd_scratch_fini() frees everything.
+ */
+struct dd_scratch {
+    unsigned char *base;           /**< the kept block, or NULL */
+    size_t cap;                    /**< its bytes */
+    size_t used;                   /**< bytes of it handed out */
+    size_t over;                   /**< bytes in blocks beyond it */
+    struct dd_scratch_block *more; /**< those blocks (freed at reset) */
+    bool busy;                     /**< held (dd_scratch_take) */
+};
+
+/** Largest block a scratch keeps between batches (bytes). */
+#define DD_SCRATCH_KEEP_MAX ((size_t)16 << 20)
+
+/**
+ * @brief \p n bytes from \p sc, aligned for any type (alignof(max_align_t)),
+ *        valid until the next dd_scratch_reset() or dd_scratch_fini().
+ * @returns the memory, not initialized; NULL when out of memory (\p sc
+ *          unchanged).  Never free() it.
+ */
+void *dd_scratch_alloc(struct dd_scratch *sc, size_t n);
+
+/**
+ * @brief dd_scratch_alloc() of \p nmemb * \p size bytes, zeroed.
+ * @returns NULL when out of memory or when the product overflows.
+ */
+void *dd_scratch_calloc(struct dd_scratch *sc, size_t nmemb, size_t size);
+
+/**
+ * @brief Release everything allocated from \p sc since the last reset; keep
+ *        (or grow, up to DD_SCRATCH_KEEP_MAX) its block for the next batch.
+ *        A failed growth only keeps the smaller block.
+ */
+void dd_scratch_reset(struct dd_scratch *sc);
+
+/** @brief Free all of \p sc's memory; it is then as zero-initialized. */
+void dd_scratch_fini(struct dd_scratch *sc);
+
+/**
+ * @brief Hold \p sc for one batch: \p sc itself when no one holds it, else
+ *        \p local, zero-initialized here (a nested or re-entered batch gets
+ *        memory of its own instead of having its caller's reset under it).
+ *        Not thread-safe: one thread owns \p sc.
+ * @returns the scratch to allocate from; hand it to dd_scratch_give().
+ */
+struct dd_scratch *dd_scratch_take(struct dd_scratch *sc,
+                                   struct dd_scratch *local);
+
+/**
+ * @brief End the batch that dd_scratch_take(\p sc, ...) began with \p got:
+ *        \p sc is reset and no longer held; a local scratch is freed.
+ */
+void dd_scratch_give(struct dd_scratch *sc, struct dd_scratch *got);
 
 #endif

@@ -971,11 +971,13 @@ void consumer_shadow_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_shadow = 0;
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_shadow, &local);
     struct store_complete_req *req =
-        dd_xcalloc(n, sizeof(*req), "shadow batch");
-    struct opctx **ops = dd_xcalloc(n, sizeof(*ops), "shadow batch");
-    unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
-                                     "shadow batch");
+        consumer_scratch(sc, n, sizeof(*req), true, "shadow batch");
+    struct opctx **ops =
+        consumer_scratch(sc, n, sizeof(*ops), true, "shadow batch");
+    unsigned char *clog = consumer_scratch(sc, n, STORE_CHANGELOG_VALUE_MAX,
+                                           false, "shadow batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = pl->shadow_pending[i];
@@ -1019,9 +1021,7 @@ void consumer_shadow_flush(struct pipeline *pl)
         completed(pl, ops[i], &req[i], &v, req[i].value_len);
         free(v);
     }
-    free(req);
-    free(ops);
-    free(clog);
+    dd_scratch_give(&pl->scr_shadow, sc);
 }
 
 /* Process a poll batch: admit each message, claim the survivors at once
@@ -1030,8 +1030,10 @@ void consumer_shadow_flush(struct pipeline *pl)
 static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t n)
 {
     assert(n <= POLL_BATCH);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_poll, &local);
     /* admit fills an item for each message it returns true for */
-    struct item *items = dd_xmalloc(n * sizeof(*items), "poll batch");
+    struct item *items =
+        consumer_scratch(sc, n, sizeof(*items), false, "poll batch");
     /* The fast path's index keys, computed and their slots prefetched for
      * the whole batch (keys from submitters trusted to send the identity
      * headers only). */
@@ -1053,7 +1055,7 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
             !claim_unwritten(pl, items[k].job, items[k].pm, items[k].source))
             k++;
     struct store_claim_req *reqs =
-        k ? dd_xcalloc(k, sizeof(*reqs), "poll batch") : NULL;
+        k ? consumer_scratch(sc, k, sizeof(*reqs), true, "poll batch") : NULL;
     if (k) {
         for (size_t i = 0; i < k; i++) {
             reqs[i].op_id = items[i].job->op_id;
@@ -1072,8 +1074,7 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
                         err ? e : "store_claim_batch: per-request error",
                         reqs[i].result, reqs[i].op, reqs[i].deferred);
     }
-    free(items);
-    free(reqs);
+    dd_scratch_give(&pl->scr_poll, sc);
 }
 
 /* A fetch finished: result + op state + outbox in one batch, then produce. */
@@ -1405,11 +1406,13 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     }
     if (!total)
         return;
-    struct fetched *f = dd_xcalloc(total, sizeof(*f), "completion batch");
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_fetched, &local);
+    struct fetched *f =
+        consumer_scratch(sc, total, sizeof(*f), true, "completion batch");
     struct store_complete_req *req =
-        dd_xcalloc(total, sizeof(*req), "completion batch");
-    unsigned char *clog = dd_xmalloc(total * STORE_CHANGELOG_VALUE_MAX,
-                                     "completion batch");
+        consumer_scratch(sc, total, sizeof(*req), true, "completion batch");
+    unsigned char *clog = consumer_scratch(
+        sc, total, STORE_CHANGELOG_VALUE_MAX, false, "completion batch");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = rs[i]->opaque;
@@ -1439,9 +1442,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     for (size_t i = 0; i < total; i++)
         if (!f[i].shared)
             fetch_result_destroy(f[i].r);
-    free(f);
-    free(req);
-    free(clog);
+    dd_scratch_give(&pl->scr_fetched, sc);
 }
 
 /* Take every finished fetch (waiting at most \p timeout_ms for the first)
@@ -1802,6 +1803,11 @@ static void pipeline_fini(struct pipeline *pl)
     consumer_out_acks_flush(pl); /* the purge's reports */
     free(pl->acks);
     free(pl->acked);
+    dd_scratch_fini(&pl->scr_poll);
+    dd_scratch_fini(&pl->scr_shadow);
+    dd_scratch_fini(&pl->scr_fetched);
+    dd_scratch_fini(&pl->scr_acked);
+    dd_scratch_fini(&pl->scr_acks);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "changelog.h"
+#include "dd.h"
 #include "consumer.h"
 #include "err.h"
 #include "job.h"
@@ -231,6 +232,13 @@ struct pipeline {
     struct opctx **acked;  /* shadow ops whose result was acknowledged, to
                               write (consumer_out_acks_flush) */
     size_t n_acked, cap_acked;
+    /* each batch function's temporary arrays (dd.h, dd_scratch_take):
+     * kept from batch to batch instead of malloc()ed per batch */
+    struct dd_scratch scr_poll;    /* handle_batch */
+    struct dd_scratch scr_shadow;  /* consumer_shadow_flush */
+    struct dd_scratch scr_fetched; /* consumer_drain_fetched */
+    struct dd_scratch scr_acked;   /* consumer_out.c, acked_flush */
+    struct dd_scratch scr_acks;    /* consumer_out_acks_flush */
     /* processing.guarantee exactly_once (consumer_txn.c) */
     bool eos;
     bool txn_dirty;       /* produced or an offset moved since the last
@@ -525,5 +533,20 @@ bool consumer_out_conflict_inflight(struct pipeline *pl, const char *op_id,
 /* After a fatal producer error, replace the results producer (its messages
  * are sent again); also raises the failpoint's fatal error. */
 void consumer_out_producer_check(struct pipeline *pl);
+
+/* \p nmemb * \p size bytes of the batch scratch \p sc (dd.h), zeroed when
+ * \p zero; out of memory is dd_oom(\p what), as dd_xmalloc.  Released by the
+ * batch's dd_scratch_give(). */
+static inline void *consumer_scratch(struct dd_scratch *sc, size_t nmemb,
+                                     size_t size, bool zero, const char *what)
+{
+    void *p = size && nmemb > SIZE_MAX / size
+                  ? NULL
+                  : zero ? dd_scratch_calloc(sc, nmemb, size)
+                         : dd_scratch_alloc(sc, nmemb * size);
+    if (!p)
+        dd_oom(what);
+    return p;
+}
 
 #endif

@@ -223,10 +223,11 @@ static void acked_flush(struct pipeline *pl)
     pl->n_acked = 0;
     if (pl->closing) /* the end of the run: their jobs are consumed again */
         return;
-    struct store_complete_req *req =
-        dd_xcalloc(n, sizeof(*req), "acknowledged shadow ops");
-    unsigned char *clog = dd_xmalloc(n * STORE_CHANGELOG_VALUE_MAX,
-                                     "acknowledged shadow ops");
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_acked, &local);
+    struct store_complete_req *req = consumer_scratch(
+        sc, n, sizeof(*req), true, "acknowledged shadow ops");
+    unsigned char *clog = consumer_scratch(sc, n, STORE_CHANGELOG_VALUE_MAX,
+                                           false, "acknowledged shadow ops");
     for (size_t i = 0; i < n; i++) {
         struct opctx *o = pl->acked[i];
         req[i] = (struct store_complete_req){
@@ -264,8 +265,7 @@ static void acked_flush(struct pipeline *pl)
                 ack_finish(pl, o, NULL);
         }
     }
-    free(req);
-    free(clog);
+    dd_scratch_give(&pl->scr_acked, sc);
 }
 
 void consumer_out_acks_flush(struct pipeline *pl)
@@ -275,8 +275,9 @@ void consumer_out_acks_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_acks = 0;
-    struct store_outbox_ack_req *req =
-        dd_xcalloc(n, sizeof(*req), "outbox acknowledgements");
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_acks, &local);
+    struct store_outbox_ack_req *req = consumer_scratch(
+        sc, n, sizeof(*req), true, "outbox acknowledgements");
     for (size_t i = 0; i < n; i++)
         req[i] = (struct store_outbox_ack_req){
             .seq = pl->acks[i].seq,
@@ -295,7 +296,7 @@ void consumer_out_acks_flush(struct pipeline *pl)
         free(pl->acks[i].op_id);
         ack_finish(pl, pl->acks[i].op, pl->acks[i].msg);
     }
-    free(req);
+    dd_scratch_give(&pl->scr_acks, sc);
 }
 
 /* A conflict report was acknowledged: mark it, then record the mark in the

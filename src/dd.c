@@ -2,6 +2,8 @@
 
 #include "log.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
@@ -75,6 +77,102 @@ char *dd_xstrdup(const char *s, const char *what)
     if (!p)
         dd_oom(what);
     return p;
+}
+
+/* ---------------------------------------------------------------------- */
+/* scratch                                                                 */
+
+struct dd_scratch_block {
+    struct dd_scratch_block *next;
+    max_align_t data[]; /* aligned for any type */
+};
+
+#define SCRATCH_ALIGN (sizeof(max_align_t))
+
+void *dd_scratch_alloc(struct dd_scratch *sc, size_t n)
+{
+    if (n > SIZE_MAX - SCRATCH_ALIGN)
+        return NULL;
+    n = n ? (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN
+          : SCRATCH_ALIGN;
+    if (sc->cap - sc->used >= n) {
+        void *p = sc->base + sc->used;
+        sc->used += n;
+        return p;
+    }
+    if (n > SIZE_MAX - sizeof(struct dd_scratch_block))
+        return NULL;
+    struct dd_scratch_block *b = malloc(sizeof(*b) + n);
+    if (!b)
+        return NULL;
+    b->next = sc->more;
+    sc->more = b;
+    sc->over += n;
+    return b->data;
+}
+
+void *dd_scratch_calloc(struct dd_scratch *sc, size_t nmemb, size_t size)
+{
+    if (size && nmemb > SIZE_MAX / size)
+        return NULL;
+    void *p = dd_scratch_alloc(sc, nmemb * size);
+    if (p)
+        memset(p, 0, nmemb * size);
+    return p;
+}
+
+static void scratch_free_more(struct dd_scratch *sc)
+{
+    while (sc->more) {
+        struct dd_scratch_block *b = sc->more;
+        sc->more = b->next;
+        free(b);
+    }
+}
+
+void dd_scratch_reset(struct dd_scratch *sc)
+{
+    size_t need = sc->used + sc->over;
+    scratch_free_more(sc);
+    sc->used = sc->over = 0;
+    if (need <= sc->cap || sc->cap >= DD_SCRATCH_KEEP_MAX)
+        return;
+    size_t cap = need > DD_SCRATCH_KEEP_MAX / 2 ? DD_SCRATCH_KEEP_MAX
+                                                : 2 * need;
+    unsigned char *p = malloc(cap);
+    if (!p)
+        return; /* the smaller block stays */
+    free(sc->base);
+    sc->base = p;
+    sc->cap = cap;
+}
+
+void dd_scratch_fini(struct dd_scratch *sc)
+{
+    scratch_free_more(sc);
+    free(sc->base);
+    *sc = (struct dd_scratch){0};
+}
+
+struct dd_scratch *dd_scratch_take(struct dd_scratch *sc,
+                                   struct dd_scratch *local)
+{
+    if (!sc->busy) {
+        sc->busy = true;
+        return sc;
+    }
+    *local = (struct dd_scratch){0};
+    return local;
+}
+
+void dd_scratch_give(struct dd_scratch *sc, struct dd_scratch *got)
+{
+    if (got != sc) {
+        dd_scratch_fini(got);
+        return;
+    }
+    dd_scratch_reset(sc);
+    sc->busy = false;
 }
 
 /* H. Hinnant, "chrono-Compatible Low-Level Date Algorithms" (days_from_civil,

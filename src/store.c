@@ -1010,11 +1010,12 @@ dd_err_t store_complete_batch(struct store *s,
 {
     if (n == 0)
         return DD_OK;
+    struct dd_scratch local, *sc = store_scratch_take(s, &local);
     struct complete_batch cb = {
-        .keys = malloc(n * sizeof(*cb.keys)),
-        .ops = malloc(n * sizeof(*cb.ops)),
-        .digests = malloc(n * sizeof(*cb.digests)),
-        .order = malloc(n * sizeof(*cb.order)),
+        .keys = dd_scratch_alloc(sc, n * sizeof(*cb.keys)),
+        .ops = dd_scratch_alloc(sc, n * sizeof(*cb.ops)),
+        .digests = dd_scratch_alloc(sc, n * sizeof(*cb.digests)),
+        .order = dd_scratch_alloc(sc, n * sizeof(*cb.order)),
     };
     rocksdb_writebatch_t *wb = NULL;
     dd_err_t err = DD_OK;
@@ -1046,10 +1047,7 @@ dd_err_t store_complete_batch(struct store *s,
             }
 out:
     store_wb_give(s, wb);
-    free(cb.keys);
-    free(cb.ops);
-    free(cb.digests);
-    free(cb.order);
+    store_scratch_give(s, sc);
     return err;
 }
 
@@ -1073,6 +1071,7 @@ struct batch_key {
 
 /* The scratch of one store_claim_batch. */
 struct claim_batch {
+    struct dd_scratch *sc;            /* its arrays' memory */
     struct store_claim_req *reqs;
     size_t n;
     size_t nu;                        /* distinct op_ids */
@@ -1103,29 +1102,18 @@ static bool claim_batch_alloc(struct claim_batch *cb)
     cb->tcap = 16;
     while (cb->tcap < 2 * cb->n)
         cb->tcap *= 2;
-    cb->next = malloc(cb->n * sizeof(*cb->next));
-    cb->ukey = malloc(cb->n * sizeof(*cb->ukey));
-    cb->table = malloc(cb->tcap * sizeof(*cb->table));
-    cb->u = malloc(cb->n * sizeof(*cb->u));
-    cb->probe = malloc(cb->n * sizeof(*cb->probe));
-    cb->rd = malloc(cb->n * sizeof(*cb->rd));
-    cb->order = malloc(cb->n * sizeof(*cb->order));
+    cb->next = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->next));
+    cb->ukey = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->ukey));
+    cb->table = dd_scratch_alloc(cb->sc, cb->tcap * sizeof(*cb->table));
+    cb->u = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->u));
+    cb->probe = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->probe));
+    cb->rd = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->rd));
+    cb->order = dd_scratch_alloc(cb->sc, cb->n * sizeof(*cb->order));
     if (!cb->next || !cb->ukey || !cb->table || !cb->u || !cb->probe
         || !cb->rd || !cb->order)
         return false;
     memset(cb->table, 0xff, cb->tcap * sizeof(*cb->table));
     return true;
-}
-
-static void claim_batch_free(struct claim_batch *cb)
-{
-    free(cb->next);
-    free(cb->ukey);
-    free(cb->table);
-    free(cb->u);
-    free(cb->probe);
-    free(cb->rd);
-    free(cb->order);
 }
 
 /* Request i, whose op_id's key is \p k: a new distinct op_id, or chained
@@ -1187,16 +1175,17 @@ static void claim_batch_dedup(struct store *s, struct claim_batch *cb)
 static void claim_batch_read(struct store *s, struct claim_batch *cb,
                              size_t m, int64_t now_ms)
 {
-    const char **keys = malloc(m * sizeof(*keys));
-    size_t *sizes = malloc(m * sizeof(*sizes));
-    rocksdb_pinnableslice_t **vals = calloc(m, sizeof(*vals));
-    char **errs = calloc(m, sizeof(*errs));
+    const char **keys = dd_scratch_alloc(cb->sc, m * sizeof(*keys));
+    size_t *sizes = dd_scratch_alloc(cb->sc, m * sizeof(*sizes));
+    rocksdb_pinnableslice_t **vals = dd_scratch_calloc(cb->sc, m,
+                                                       sizeof(*vals));
+    char **errs = dd_scratch_calloc(cb->sc, m, sizeof(*errs));
     char text[DD_ERRSTR_SIZE];
     if (!keys || !sizes || !vals || !errs) {
         for (size_t j = 0; j < m; j++)
             cb->u[cb->rd[j].u].err = DD_ERR_NOMEM;
         batch_err(cb, "store_claim_batch: out of memory");
-        goto out;
+        return;
     }
     for (size_t j = 0; j < m; j++) {
         keys[j] = cb->rd[j].id;
@@ -1236,11 +1225,6 @@ static void claim_batch_read(struct store *s, struct claim_batch *cb,
         store_index_put(s->idx, &cb->probe[cb->rd[j].u].key, op, now_ms,
                         STORE_INDEX_FILL);
     }
-out:
-    free(keys);
-    free(sizes);
-    free(vals);
-    free(errs);
 }
 
 /* Does the index's finished entry answer every request of distinct op_id
@@ -1407,7 +1391,9 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
         return DD_ERR_INVAL;
     }
     dd_err_t err = DD_OK;
-    struct claim_batch cb = {.reqs = reqs, .n = n, .errstr = errstr,
+    struct dd_scratch local;
+    struct claim_batch cb = {.sc = store_scratch_take(s, &local),
+                             .reqs = reqs, .n = n, .errstr = errstr,
                              .errstr_size = errstr_size};
     for (size_t i = 0; i < n; i++)
         reqs[i].deferred = false;
@@ -1428,7 +1414,7 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
         err = claim_batch_write(s, &cb, now_ms);
     store_stripes_unlock(s, cb.locked);
 out:
-    claim_batch_free(&cb);
+    store_scratch_give(s, cb.sc);
     return err;
 }
 

@@ -146,6 +146,25 @@ void store_wb_give(struct store *s, rocksdb_writebatch_t *wb)
         rocksdb_writebatch_destroy(wb);
 }
 
+struct dd_scratch *store_scratch_take(struct store *s,
+                                      struct dd_scratch *local)
+{
+    if (!atomic_exchange(&s->scratch_busy, true))
+        return &s->scratch;
+    *local = (struct dd_scratch){0};
+    return local;
+}
+
+void store_scratch_give(struct store *s, struct dd_scratch *sc)
+{
+    if (sc != &s->scratch) {
+        dd_scratch_fini(sc);
+        return;
+    }
+    dd_scratch_reset(sc);
+    atomic_store(&s->scratch_busy, false);
+}
+
 /* ---------------------------------------------------------------------- */
 /* group commit                                                            */
 
@@ -894,6 +913,7 @@ static void close_db(struct store *s)
     rocksdb_writebatch_t *spare = atomic_exchange(&s->wb_spare, NULL);
     if (spare)
         rocksdb_writebatch_destroy(spare);
+    dd_scratch_fini(&s->scratch);
     for (int i = 0; i < CF_N; i++)
         if (s->cf[i])
             rocksdb_column_family_handle_destroy(s->cf[i]);

@@ -134,17 +134,19 @@ out:
 /* store_outbox_ack_batch's first pass, under the stripes: read the ops,
  * stage the acknowledgements whose op still names its entry (mark[i]),
  * write them.  @returns the write's error. */
-static dd_err_t ack_batch_stage(struct store *s,
+static dd_err_t ack_batch_stage(struct store *s, struct dd_scratch *sc,
                                 struct store_outbox_ack_req *reqs, size_t n,
                                 const struct store_index_key *keys,
                                 struct store_op *ops, bool *mark,
                                 char *errstr, size_t errstr_size)
 {
-    const char **ks = malloc(n * sizeof(*ks));
-    size_t *sizes = malloc(2 * n * sizeof(*sizes)); /* all, then the read */
-    size_t *at = malloc(n * sizeof(*at));          /* read r is request i */
-    rocksdb_pinnableslice_t **vals = calloc(n, sizeof(*vals));
-    char **errs = calloc(n, sizeof(*errs));
+    const char **ks = dd_scratch_alloc(sc, n * sizeof(*ks));
+    size_t *sizes = dd_scratch_alloc(sc, 2 * n * sizeof(*sizes)); /* all,
+                                                           then the read */
+    size_t *at = dd_scratch_alloc(sc, n * sizeof(*at)); /* read r is
+                                                           request i */
+    rocksdb_pinnableslice_t **vals = dd_scratch_calloc(sc, n, sizeof(*vals));
+    char **errs = dd_scratch_calloc(sc, n, sizeof(*errs));
     dd_err_t err = DD_OK;
     if (!ks || !sizes || !at || !vals || !errs) {
         dd_errstr_set(errstr, errstr_size,
@@ -229,11 +231,6 @@ static dd_err_t ack_batch_stage(struct store *s,
             synced = outbox_unpin(s, reqs[i].seq, synced);
         }
 out:
-    free(ks);
-    free(sizes);
-    free(at);
-    free(vals);
-    free(errs);
     return err;
 }
 
@@ -243,9 +240,10 @@ dd_err_t store_outbox_ack_batch(struct store *s,
 {
     if (n == 0)
         return DD_OK;
-    struct store_index_key *keys = malloc(n * sizeof(*keys));
-    struct store_op *ops = malloc(n * sizeof(*ops));
-    bool *mark = calloc(n, sizeof(*mark));
+    struct dd_scratch local, *sc = store_scratch_take(s, &local);
+    struct store_index_key *keys = dd_scratch_alloc(sc, n * sizeof(*keys));
+    struct store_op *ops = dd_scratch_alloc(sc, n * sizeof(*ops));
+    bool *mark = dd_scratch_calloc(sc, n, sizeof(*mark));
     uint64_t locked[STORE_STRIPES / 64] = {0};
     dd_err_t err = DD_OK;
     if (!keys || !ops || !mark) {
@@ -266,7 +264,8 @@ dd_err_t store_outbox_ack_batch(struct store *s,
         store_stripes_add(locked, &keys[i]);
     }
     store_stripes_lock(s, locked);
-    err = ack_batch_stage(s, reqs, n, keys, ops, mark, errstr, errstr_size);
+    err = ack_batch_stage(s, sc, reqs, n, keys, ops, mark, errstr,
+                          errstr_size);
     store_stripes_unlock(s, locked);
     for (size_t i = 0; i < n; i++) {
         if (err)
@@ -276,9 +275,7 @@ dd_err_t store_outbox_ack_batch(struct store *s,
                                            errstr, errstr_size);
     }
 out:
-    free(keys);
-    free(ops);
-    free(mark);
+    store_scratch_give(s, sc);
     return err;
 }
 

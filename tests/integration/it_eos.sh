@@ -4,9 +4,9 @@
 # jobs topic, each with its own transactional producer (transactional.id
 # <group>-<instance.id>), while jobs with duplicates and conflicts arrive in
 # waves, one wave per phase:
-#   abort   c starts with DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3: its third
+#   abort   c starts alone, with DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3: its third
 #           transaction aborts; c drops its copy and restarts its pipeline in
-#           the same process ("transaction aborted")
+#           the same process ("transaction aborted"); then a and b join
 #   kill    a is killed (-9) with ops in flight and started again at once like a
 #           supervisor would (same instance.id, same store dir: "unclean exit",
 #           its copy dropped and restored from the changelog)
@@ -227,12 +227,16 @@ echo "$L logical jobs, $total messages in $((W + 2)) waves, $nconf conflicts"
 # ---- abort: c's third transaction aborts --------------------------------------
 # The first wave is on the topic before the instances start, so the aborted
 # transaction carries results; c restarts its pipeline and rejoins the group.
+# c starts alone and holds every partition until its abort, so it has work
+# for three transactions; a and b join after it.  Started together, on a
+# slow machine a and b had done the whole wave before c got a partition, and
+# c's third transaction came in a later phase (CI, 2026-12-02: "no
+# transaction aborted within 30 s", then its refetches counted against the
+# kill phase's bound).
 phase abort
 wave 0
-inst_start a
-inst_start b
 inst_start c DEDUPD_FAILPOINT_TXN_ABORT_AFTER=3
-for n in a b c; do inst_ready "$n"; done
+inst_ready c
 c_abort_log=0 c_aborted=absent
 if wait_log c "transaction aborted" 300; then
   c_abort_log=1
@@ -244,6 +248,9 @@ if wait_log c "transaction aborted" 300; then
   done
 fi
 echo "abort: c logged \"transaction aborted\": $c_abort_log, dedupd_transactions_aborted_total $c_aborted"
+inst_start a
+inst_start b
+for n in a b c; do inst_ready "$n"; done
 wait_idle
 
 # ---- kill: a is killed -9 with ops in flight, started again -----------------

@@ -1,0 +1,128 @@
+/*
+ * test_dd.c - the small helpers of dd.h: the batch scratch (dd_scratch_*),
+ * whose reuse is what keeps the pipeline's per-batch arrays off malloc.
+ */
+#include <check.h>
+#include <stdalign.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dd.h"
+
+static bool aligned(const void *p)
+{
+    return (uintptr_t)p % alignof(max_align_t) == 0;
+}
+
+/* The first batch allocates beyond the (empty) kept block; the reset keeps
+ * room for twice that, and a second batch of the same size is served from
+ * the kept block alone, at the same addresses. */
+START_TEST(test_dd_scratch_reused_after_the_first_batch)
+{
+    struct dd_scratch sc = {0};
+    void *a = dd_scratch_alloc(&sc, 1000);
+    unsigned char *b = dd_scratch_calloc(&sc, 300, 7);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert(aligned(a) && aligned(b));
+    ck_assert_ptr_null(sc.base); /* nothing kept yet */
+    ck_assert_ptr_nonnull(sc.more);
+    for (size_t i = 0; i < 2100; i++)
+        ck_assert_uint_eq(b[i], 0);
+    memset(a, 0xab, 1000);
+    memset(b, 0xcd, 2100);
+    dd_scratch_reset(&sc);
+    ck_assert_ptr_null(sc.more);
+    ck_assert_uint_ge(sc.cap, 2 * (1000 + 2100));
+    ck_assert_uint_eq(sc.used, 0);
+
+    unsigned char *base = sc.base;
+    void *a2 = dd_scratch_alloc(&sc, 1000);
+    unsigned char *b2 = dd_scratch_calloc(&sc, 300, 7);
+    ck_assert_ptr_eq(a2, base);
+    ck_assert(b2 > base && b2 + 2100 <= base + sc.cap);
+    ck_assert(aligned(b2));
+    ck_assert_ptr_null(sc.more); /* no malloc this time */
+    for (size_t i = 0; i < 2100; i++)
+        ck_assert_uint_eq(b2[i], 0); /* calloc zeroes reused memory too */
+    dd_scratch_reset(&sc);
+    ck_assert_ptr_eq(sc.base, base); /* kept as it was */
+    dd_scratch_fini(&sc);
+    ck_assert_ptr_null(sc.base);
+    ck_assert_uint_eq(sc.cap, 0);
+}
+END_TEST
+
+/* A batch larger than the kept block goes on in blocks of its own, whose
+ * memory stays valid until the reset; the kept block then grows, but never
+ * past DD_SCRATCH_KEEP_MAX. */
+START_TEST(test_dd_scratch_grows_to_a_bound)
+{
+    struct dd_scratch sc = {0};
+    void *p = dd_scratch_alloc(&sc, 64);
+    dd_scratch_reset(&sc);
+    size_t cap = sc.cap;
+    ck_assert_uint_ge(cap, 64);
+    unsigned char *x = dd_scratch_alloc(&sc, cap); /* fills the block */
+    unsigned char *y = dd_scratch_alloc(&sc, 5000); /* beyond it */
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(y);
+    ck_assert(y < sc.base || y >= sc.base + sc.cap);
+    memset(x, 1, cap);
+    memset(y, 2, 5000);
+    ck_assert_uint_eq(x[cap - 1], 1); /* neither overwrote the other */
+    ck_assert_uint_eq(y[0], 2);
+    dd_scratch_reset(&sc);
+    ck_assert_uint_ge(sc.cap, cap + 5000);
+    (void)p;
+
+    void *big = dd_scratch_alloc(&sc, DD_SCRATCH_KEEP_MAX + 1);
+    ck_assert_ptr_nonnull(big);
+    dd_scratch_reset(&sc);
+    ck_assert_uint_eq(sc.cap, DD_SCRATCH_KEEP_MAX);
+    /* refused sizes leave the scratch as it was */
+    ck_assert_ptr_null(dd_scratch_alloc(&sc, SIZE_MAX));
+    ck_assert_ptr_null(dd_scratch_calloc(&sc, SIZE_MAX / 2, 3));
+    ck_assert_uint_eq(sc.used, 0);
+    ck_assert_ptr_null(sc.more);
+    dd_scratch_fini(&sc);
+}
+END_TEST
+
+/* A batch begun while another holds the scratch (a nested or re-entered
+ * one) gets memory of its own, so the outer batch's arrays survive the
+ * inner one's end. */
+START_TEST(test_dd_scratch_take_nested_gets_its_own)
+{
+    struct dd_scratch sc = {0};
+    struct dd_scratch l1, l2;
+    struct dd_scratch *outer = dd_scratch_take(&sc, &l1);
+    ck_assert_ptr_eq(outer, &sc);
+    char *o = dd_scratch_alloc(outer, 32);
+    strcpy(o, "outer batch");
+    struct dd_scratch *inner = dd_scratch_take(&sc, &l2);
+    ck_assert_ptr_eq(inner, &l2);
+    char *in = dd_scratch_alloc(inner, 32);
+    strcpy(in, "inner batch");
+    dd_scratch_give(&sc, inner);
+    ck_assert(sc.busy);
+    ck_assert_str_eq(o, "outer batch");
+    dd_scratch_give(&sc, outer);
+    ck_assert(!sc.busy);
+    ck_assert_ptr_eq(dd_scratch_take(&sc, &l1), &sc); /* free again */
+    dd_scratch_give(&sc, &sc);
+    dd_scratch_fini(&sc);
+}
+END_TEST
+
+Suite *dd_suite(void)
+{
+    Suite *s = suite_create("dd");
+    TCase *tc = tcase_create("scratch");
+    tcase_add_test(tc, test_dd_scratch_reused_after_the_first_batch);
+    tcase_add_test(tc, test_dd_scratch_grows_to_a_bound);
+    tcase_add_test(tc, test_dd_scratch_take_nested_gets_its_own);
+    suite_add_tcase(s, tc);
+    return s;
+}
