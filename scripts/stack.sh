@@ -488,9 +488,13 @@ http {
   access_log $NDIR/access.log dd;
 
   # Only the throttled exit gets a non-empty key; empty keys are not limited.
+  # The key is the exit's address and the request's t= tag (the test or run
+  # that sent it: tests/integration/lib.sh, bench/gen_jobs.sh), so tests that
+  # run at once (scripts/test.sh runs ctest two at a time) never share a
+  # bucket: each meets the throttle as if it ran alone.
   map \$remote_addr \$dd_throttle_key {
     default "";
-    "$THROTTLED_EXIT" \$binary_remote_addr;
+    "$THROTTLED_EXIT" "\$binary_remote_addr\$arg_t";
   }
   limit_req_zone \$dd_throttle_key zone=dd_throttle:1m rate=${THROTTLE_RATE}r/s;
   limit_req_status 429;

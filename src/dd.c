@@ -89,15 +89,59 @@ struct dd_scratch_block {
 
 #define SCRATCH_ALIGN (sizeof(max_align_t))
 
+/* The kept block is one allocation to malloc, so the sanitizers would not
+ * see an array overrun into the next one, nor a use after the reset: under
+ * ASan its free parts are poisoned and each allocation is followed by a
+ * poisoned red zone; under valgrind (memcheck's client requests, a few
+ * instructions otherwise) free parts are no-access and each allocation
+ * starts undefined, as malloc's would. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SCRATCH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SCRATCH_ASAN 1
+#endif
+#endif
+#ifdef SCRATCH_ASAN
+#include <sanitizer/asan_interface.h>
+#define SCRATCH_REDZONE (2 * SCRATCH_ALIGN)
+#else
+#define ASAN_POISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define ASAN_UNPOISON_MEMORY_REGION(p, n) ((void)(p), (void)(n))
+#define SCRATCH_REDZONE 0
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/memcheck.h>)
+#include <valgrind/memcheck.h>
+#define SCRATCH_MEMCHECK 1
+#endif
+#endif
+#ifndef SCRATCH_MEMCHECK
+#define VALGRIND_MAKE_MEM_NOACCESS(p, n) ((void)(p), (void)(n))
+#define VALGRIND_MAKE_MEM_UNDEFINED(p, n) ((void)(p), (void)(n))
+#endif
+
+/* The kept block's free part (from \p used on) becomes inaccessible. */
+static void scratch_seal(struct dd_scratch *sc)
+{
+    if (!sc->base)
+        return;
+    ASAN_POISON_MEMORY_REGION(sc->base + sc->used, sc->cap - sc->used);
+    (void)VALGRIND_MAKE_MEM_NOACCESS(sc->base + sc->used, sc->cap - sc->used);
+}
+
 void *dd_scratch_alloc(struct dd_scratch *sc, size_t n)
 {
-    if (n > SIZE_MAX - SCRATCH_ALIGN)
+    if (n > SIZE_MAX - SCRATCH_ALIGN - SCRATCH_REDZONE)
         return NULL;
+    size_t asked = n;
     n = n ? (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN
           : SCRATCH_ALIGN;
-    if (sc->cap - sc->used >= n) {
-        void *p = sc->base + sc->used;
-        sc->used += n;
+    if (sc->cap - sc->used >= n + SCRATCH_REDZONE) {
+        unsigned char *p = sc->base + sc->used;
+        sc->used += n + SCRATCH_REDZONE;
+        ASAN_UNPOISON_MEMORY_REGION(p, asked);
+        (void)VALGRIND_MAKE_MEM_UNDEFINED(p, asked);
         return p;
     }
     if (n > SIZE_MAX - sizeof(struct dd_scratch_block))
@@ -135,21 +179,26 @@ void dd_scratch_reset(struct dd_scratch *sc)
     size_t need = sc->used + sc->over;
     scratch_free_more(sc);
     sc->used = sc->over = 0;
-    if (need <= sc->cap || sc->cap >= DD_SCRATCH_KEEP_MAX)
-        return;
-    size_t cap = need > DD_SCRATCH_KEEP_MAX / 2 ? DD_SCRATCH_KEEP_MAX
-                                                : 2 * need;
-    unsigned char *p = malloc(cap);
-    if (!p)
-        return; /* the smaller block stays */
-    free(sc->base);
-    sc->base = p;
-    sc->cap = cap;
+    if (need > sc->cap && sc->cap < DD_SCRATCH_KEEP_MAX) {
+        size_t cap = need > DD_SCRATCH_KEEP_MAX / 2 ? DD_SCRATCH_KEEP_MAX
+                                                    : 2 * need;
+        unsigned char *p = malloc(cap);
+        if (p) { /* else the smaller block stays */
+            if (sc->base)
+                ASAN_UNPOISON_MEMORY_REGION(sc->base, sc->cap);
+            free(sc->base);
+            sc->base = p;
+            sc->cap = cap;
+        }
+    }
+    scratch_seal(sc);
 }
 
 void dd_scratch_fini(struct dd_scratch *sc)
 {
     scratch_free_more(sc);
+    if (sc->base)
+        ASAN_UNPOISON_MEMORY_REGION(sc->base, sc->cap);
     free(sc->base);
     *sc = (struct dd_scratch){0};
 }

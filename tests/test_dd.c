@@ -38,16 +38,32 @@ START_TEST(test_dd_scratch_reused_after_the_first_batch)
     ck_assert_uint_eq(sc.used, 0);
 
     unsigned char *base = sc.base;
-    void *a2 = dd_scratch_alloc(&sc, 1000);
+    unsigned char *a2 = dd_scratch_alloc(&sc, 1000);
     unsigned char *b2 = dd_scratch_calloc(&sc, 300, 7);
     ck_assert_ptr_eq(a2, base);
-    ck_assert(b2 > base && b2 + 2100 <= base + sc.cap);
+    ck_assert(b2 >= a2 + 1000 && b2 + 2100 <= base + sc.cap); /* disjoint */
     ck_assert(aligned(b2));
     ck_assert_ptr_null(sc.more); /* no malloc this time */
     for (size_t i = 0; i < 2100; i++)
-        ck_assert_uint_eq(b2[i], 0); /* calloc zeroes reused memory too */
+        ck_assert_uint_eq(b2[i], 0);
+    memset(a2, 0x11, 1000);
+    memset(b2, 0x22, 2100);
+    for (size_t i = 0; i < 1000; i++) /* neither array wrote the other */
+        ck_assert_uint_eq(a2[i], 0x11);
+    for (size_t i = 0; i < 2100; i++)
+        ck_assert_uint_eq(b2[i], 0x22);
     dd_scratch_reset(&sc);
     ck_assert_ptr_eq(sc.base, base); /* kept as it was */
+
+    /* a third batch gets the same memory again, and calloc zeroes what the
+     * second one left there */
+    ck_assert_ptr_eq(dd_scratch_alloc(&sc, 1000), a2);
+    unsigned char *b3 = dd_scratch_calloc(&sc, 300, 7);
+    ck_assert_ptr_eq(b3, b2);
+    for (size_t i = 0; i < 2100; i++)
+        ck_assert_uint_eq(b3[i], 0);
+    ck_assert_ptr_null(sc.more);
+    dd_scratch_reset(&sc);
     dd_scratch_fini(&sc);
     ck_assert_ptr_null(sc.base);
     ck_assert_uint_eq(sc.cap, 0);
@@ -64,8 +80,8 @@ START_TEST(test_dd_scratch_grows_to_a_bound)
     dd_scratch_reset(&sc);
     size_t cap = sc.cap;
     ck_assert_uint_ge(cap, 64);
-    unsigned char *x = dd_scratch_alloc(&sc, cap); /* fills the block */
-    unsigned char *y = dd_scratch_alloc(&sc, 5000); /* beyond it */
+    unsigned char *x = dd_scratch_alloc(&sc, cap); /* more than is left */
+    unsigned char *y = dd_scratch_alloc(&sc, 5000);
     ck_assert_ptr_nonnull(x);
     ck_assert_ptr_nonnull(y);
     ck_assert(y < sc.base || y >= sc.base + sc.cap);
