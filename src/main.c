@@ -301,8 +301,15 @@ static void submit_line(struct submit_run *s, const char *line, size_t n,
         h[1] = (struct producer_header){"dedupd-request-hash", job->request_hash};
         nh = 2;
     }
-    dd_err_t err = producer_send(s->p, s->cfg->topic_jobs, key, strlen(key),
-                                 line, n, h, nh, r, e, sizeof(e));
+    dd_err_t err;
+    /* librdkafka's queue full (queue.buffering.max.messages or .kbytes):
+     * serve delivery reports until there is room, as its producer docs ask
+     * (rd_kafka_produce: RD_KAFKA_RESP_ERR__QUEUE_FULL), instead of leaving
+     * the line unsent (a 1M-line bench submit lost its last line so) */
+    while ((err = producer_send(s->p, s->cfg->topic_jobs, key, strlen(key),
+                                line, n, h, nh, r, e, sizeof(e))) ==
+           DD_ERR_TRANSIENT)
+        producer_poll(s->p, 100);
     job_destroy(job);
     if (err) {
         /* This line is not sent (e.g. larger than the broker accepts);

@@ -4,7 +4,8 @@
 #            the op_id is the one submit gives the same job; query order does
 #            not matter; exit 3 with the reason on an invalid job, 2 on no file
 #   submit   exit 3 when a line is not a valid job, and sends none of those
-#            lines (the valid ones are sent, one receipt each)
+#            lines (the valid ones are sent, one receipt each); with the
+#            producer's queue full it waits for room and loses no line
 #   topics   defaults: 4 partitions, the broker's replication factor
 #   inspect  exit 4 with no store, exit 4 for an op not in the store, the op
 #            record and its attempts for one that is, and the message naming
@@ -73,6 +74,18 @@ ok "the invalid line was not sent"
 op=$(jq -r 'select(.line == 1) | .op_id' "$WORK/receipts.ndjson")
 printf '%s\n' "$(head -n 1 "$WORK/jobs.ndjson")" > "$WORK/one.json"
 expect_eq "$("$DEDUPD" key "$WORK/one.json" | jq -r .op_id)" "$op" "key's op_id = submit's receipt op_id"
+
+# ---- submit with librdkafka's queue full: lines wait, none is lost ----------
+# (queue.buffering.max.messages 5: the 6th line in a row finds the queue full;
+# submit serves delivery reports until there is room instead of dropping it)
+for i in $(seq 200); do echo "{\"url\":\"http://127.0.0.1:1/q?t=$T&n=$i\"}"; done > "$WORK/qfull.ndjson"
+DEDUPD_TOPICS__JOBS=$T.qfull "$DEDUPD" topics -c "$CFG" >/dev/null 2>>"$WORK/submit.log" ||
+  fail "dedupd topics for $T.qfull failed"
+rc=0; DEDUPD_TOPICS__JOBS=$T.qfull DEDUPD_KAFKA__QUEUE__BUFFERING__MAX__MESSAGES=5 \
+  "$DEDUPD" submit -c "$CFG" "$WORK/qfull.ndjson" > "$WORK/qfull.receipts" 2>"$WORK/qfull.err" || rc=$?
+expect_eq "$rc" 0 "submit exit status with a 5-message producer queue ($(tail -n 1 "$WORK/qfull.err"))"
+expect_eq "$(wc -l < "$WORK/qfull.receipts")" 200 "receipts with a 5-message producer queue"
+expect_eq "$(count_topic "$T.qfull")" 200 "messages on the topic with a 5-message producer queue"
 
 # ---- inspect before any run: no store --------------------------------------
 rc=0; "$DEDUPD" inspect -c "$CFG" "$op" >/dev/null 2>"$WORK/i0.err" || rc=$?
