@@ -112,8 +112,11 @@ struct dd_scratch {
     bool busy;                     /**< held (dd_scratch_take) */
 };
 
-/** Largest block a scratch keeps between batches (bytes). */
-#define DD_SCRATCH_KEEP_MAX ((size_t)16 << 20)
+/** Largest block a scratch keeps between batches (bytes): a poll batch of
+ *  1,024 jobs needs about 1 MB, so the pipeline's five scratches and the
+ *  store's keep at most 24 MB and usually a few; a batch beyond this bound
+ *  (thousands of acknowledged shadow ops) mallocs its excess each time. */
+#define DD_SCRATCH_KEEP_MAX ((size_t)4 << 20)
 
 /**
  * @brief \p n bytes from \p sc, aligned for any type (alignof(max_align_t)),
