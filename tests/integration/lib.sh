@@ -131,11 +131,17 @@ metric() {
 }
 
 # free_port ADDR: a TCP port nothing listens on at ADDR now (for helpers that
-# cannot bind port 0 and report it; the usual small race applies).
+# cannot bind port 0 and report it; the usual small race applies).  Picked
+# below the kernel's range for port-0 binds (ip_local_port_range), so a test
+# running beside (ctest -j2) cannot be given it for a port-0 listener or an
+# outgoing connection meanwhile.
 free_port() {
-  local p
+  local p lo=32768 span
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+  span=$(( lo - 20000 ))
+  (( span >= 1000 )) || span=40000 # an unusual range: take the old one
   for _ in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % span ))
     if ! (exec 3<>"/dev/tcp/$1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   fail "no free port on $1"
