@@ -15,6 +15,7 @@
 #ifndef DEDUPD_DD_H
 #define DEDUPD_DD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -100,8 +101,9 @@ struct dd_scratch_block;
  * then grows the kept block to twice what the batch used (at most
  * DD_SCRATCH_KEEP_MAX bytes), so later batches of that size allocate nothing.
  *
- * Zero-initialize (`struct dd_scratch sc = {0}`); not thread-safe (one owner
- * at a time); dd_scratch_fini() frees everything.
+ * Zero-initialize (`struct dd_scratch sc = {0}`).  Allocation and reset are
+ * for the one holder of a batch (dd_scratch_take, which any thread may call);
+ * dd_scratch_fini() frees everything.
  */
 struct dd_scratch {
     unsigned char *base;           /**< the kept block, or NULL */
@@ -109,12 +111,12 @@ struct dd_scratch {
     size_t used;                   /**< bytes of it handed out */
     size_t over;                   /**< bytes in blocks beyond it */
     struct dd_scratch_block *more; /**< those blocks (freed at reset) */
-    bool busy;                     /**< held (dd_scratch_take) */
+    atomic_bool busy;              /**< held (dd_scratch_take) */
 };
 
 /** Largest block a scratch keeps between batches (bytes): a poll batch of
- *  1,024 jobs needs about 1 MB, so the pipeline's five scratches and the
- *  store's keep at most 24 MB and usually a few; a batch beyond this bound
+ *  1,024 jobs needs about 1 MB, so the pipeline's scratch and the store's
+ *  keep at most 8 MB and usually a few; a batch beyond this bound
  *  (thousands of acknowledged shadow ops) mallocs its excess each time. */
 #define DD_SCRATCH_KEEP_MAX ((size_t)4 << 20)
 
@@ -144,9 +146,9 @@ void dd_scratch_fini(struct dd_scratch *sc);
 
 /**
  * @brief Hold \p sc for one batch: \p sc itself when no one holds it, else
- *        \p local, zero-initialized here (a nested or re-entered batch gets
- *        memory of its own instead of having its caller's reset under it).
- *        Not thread-safe: one thread owns \p sc.
+ *        \p local, zero-initialized here (a nested, re-entered or concurrent
+ *        batch gets memory of its own instead of having the holder's reset
+ *        under it).  @locality any thread (an atomic exchange).
  * @returns the scratch to allocate from; hand it to dd_scratch_give().
  */
 struct dd_scratch *dd_scratch_take(struct dd_scratch *sc,

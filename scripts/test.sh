@@ -219,8 +219,9 @@ trap cleanup EXIT
 record stack $(( $(date +%s) - t )) ok
 
 # Two entries at a time: the integration tests mostly wait on the broker, and
-# those that must run alone (a broker restart, time bounds, the throttled
-# exit) say so with RUN_SERIAL (tests/CMakeLists.txt gives each reason).
+# those that must run alone (a broker restart, time bounds, counts of the
+# throttled exit's 429s) say so with RUN_SERIAL (tests/CMakeLists.txt gives
+# each reason).
 ctest_jobs=${DEDUPD_TEST_JOBS:-2}
 
 t=$(date +%s)

@@ -971,7 +971,7 @@ void consumer_shadow_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_shadow = 0;
-    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_shadow, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scratch, &local);
     struct store_complete_req *req =
         consumer_scratch(sc, n, sizeof(*req), true, "shadow batch");
     struct opctx **ops =
@@ -1021,7 +1021,7 @@ void consumer_shadow_flush(struct pipeline *pl)
         completed(pl, ops[i], &req[i], &v, req[i].value_len);
         free(v);
     }
-    dd_scratch_give(&pl->scr_shadow, sc);
+    dd_scratch_give(&pl->scratch, sc);
 }
 
 /* Process a poll batch: admit each message, claim the survivors at once
@@ -1030,7 +1030,7 @@ void consumer_shadow_flush(struct pipeline *pl)
 static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t n)
 {
     assert(n <= POLL_BATCH);
-    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_poll, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scratch, &local);
     /* admit fills an item for each message it returns true for */
     struct item *items =
         consumer_scratch(sc, n, sizeof(*items), false, "poll batch");
@@ -1074,7 +1074,7 @@ static void handle_batch(struct pipeline *pl, rd_kafka_message_t **rkms, size_t 
                         err ? e : "store_claim_batch: per-request error",
                         reqs[i].result, reqs[i].op, reqs[i].deferred);
     }
-    dd_scratch_give(&pl->scr_poll, sc);
+    dd_scratch_give(&pl->scratch, sc);
 }
 
 /* A fetch finished: result + op state + outbox in one batch, then produce. */
@@ -1108,8 +1108,8 @@ static void attempt_record(struct store_attempt *sa,
  * starts.  The retry itself stays in the engine's timers; the record is what
  * `dedupd inspect` shows and what a reclaim after a crash waits out.  Reads
  * only fields of \p req_opaque fixed before fetch_submit, and sets its
- * rec_retried; the store is thread-safe (per-op stripes).  A failure is logged: the completion's
- * fencing still decides.
+ * rec_retried; the store is thread-safe (per-op stripes).  A failure is
+ * logged: the completion's fencing still decides.
  * @locality fetch engine thread.
  */
 static void on_fetch_retry(void *arg, void *req_opaque,
@@ -1406,7 +1406,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     }
     if (!total)
         return;
-    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_fetched, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scratch, &local);
     struct fetched *f =
         consumer_scratch(sc, total, sizeof(*f), true, "completion batch");
     struct store_complete_req *req =
@@ -1442,7 +1442,7 @@ static void handle_fetched(struct pipeline *pl, struct fetch_result **rs,
     for (size_t i = 0; i < total; i++)
         if (!f[i].shared)
             fetch_result_destroy(f[i].r);
-    dd_scratch_give(&pl->scr_fetched, sc);
+    dd_scratch_give(&pl->scratch, sc);
 }
 
 /* Take every finished fetch (waiting at most \p timeout_ms for the first)
@@ -1803,11 +1803,7 @@ static void pipeline_fini(struct pipeline *pl)
     consumer_out_acks_flush(pl); /* the purge's reports */
     free(pl->acks);
     free(pl->acked);
-    dd_scratch_fini(&pl->scr_poll);
-    dd_scratch_fini(&pl->scr_shadow);
-    dd_scratch_fini(&pl->scr_fetched);
-    dd_scratch_fini(&pl->scr_acked);
-    dd_scratch_fini(&pl->scr_acks);
+    dd_scratch_fini(&pl->scratch);
     free(pl->opmap);
     free(pl->sfmap);
     free(pl->identity);

@@ -232,13 +232,11 @@ struct pipeline {
     struct opctx **acked;  /* shadow ops whose result was acknowledged, to
                               write (consumer_out_acks_flush) */
     size_t n_acked, cap_acked;
-    /* each batch function's temporary arrays (dd.h, dd_scratch_take):
-     * kept from batch to batch instead of malloc()ed per batch */
-    struct dd_scratch scr_poll;    /* handle_batch */
-    struct dd_scratch scr_shadow;  /* consumer_shadow_flush */
-    struct dd_scratch scr_fetched; /* consumer_drain_fetched */
-    struct dd_scratch scr_acked;   /* consumer_out.c, acked_flush */
-    struct dd_scratch scr_acks;    /* consumer_out_acks_flush */
+    /* the batch functions' temporary arrays (handle_batch, handle_fetched,
+     * consumer_shadow_flush, consumer_out_acks_flush; dd.h,
+     * dd_scratch_take): kept from batch to batch instead of malloc()ed per
+     * batch; the run loop calls them one after another */
+    struct dd_scratch scratch;
     /* processing.guarantee exactly_once (consumer_txn.c) */
     bool eos;
     bool txn_dirty;       /* produced or an offset moved since the last

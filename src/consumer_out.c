@@ -223,7 +223,7 @@ static void acked_flush(struct pipeline *pl)
     pl->n_acked = 0;
     if (pl->closing) /* the end of the run: their jobs are consumed again */
         return;
-    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_acked, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scratch, &local);
     struct store_complete_req *req = consumer_scratch(
         sc, n, sizeof(*req), true, "acknowledged shadow ops");
     unsigned char *clog = consumer_scratch(sc, n, STORE_CHANGELOG_VALUE_MAX,
@@ -265,7 +265,7 @@ static void acked_flush(struct pipeline *pl)
                 ack_finish(pl, o, NULL);
         }
     }
-    dd_scratch_give(&pl->scr_acked, sc);
+    dd_scratch_give(&pl->scratch, sc);
 }
 
 void consumer_out_acks_flush(struct pipeline *pl)
@@ -275,7 +275,7 @@ void consumer_out_acks_flush(struct pipeline *pl)
     if (!n)
         return;
     pl->n_acks = 0;
-    struct dd_scratch local, *sc = dd_scratch_take(&pl->scr_acks, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&pl->scratch, &local);
     struct store_outbox_ack_req *req = consumer_scratch(
         sc, n, sizeof(*req), true, "outbox acknowledgements");
     for (size_t i = 0; i < n; i++)
@@ -296,7 +296,7 @@ void consumer_out_acks_flush(struct pipeline *pl)
         free(pl->acks[i].op_id);
         ack_finish(pl, pl->acks[i].op, pl->acks[i].msg);
     }
-    dd_scratch_give(&pl->scr_acks, sc);
+    dd_scratch_give(&pl->scratch, sc);
 }
 
 /* A conflict report was acknowledged: mark it, then record the mark in the

@@ -200,17 +200,15 @@ void dd_scratch_fini(struct dd_scratch *sc)
     if (sc->base)
         ASAN_UNPOISON_MEMORY_REGION(sc->base, sc->cap);
     free(sc->base);
-    *sc = (struct dd_scratch){0};
+    memset(sc, 0, sizeof(*sc));
 }
 
 struct dd_scratch *dd_scratch_take(struct dd_scratch *sc,
                                    struct dd_scratch *local)
 {
-    if (!sc->busy) {
-        sc->busy = true;
+    if (!atomic_exchange(&sc->busy, true))
         return sc;
-    }
-    *local = (struct dd_scratch){0};
+    memset(local, 0, sizeof(*local));
     return local;
 }
 
@@ -221,7 +219,7 @@ void dd_scratch_give(struct dd_scratch *sc, struct dd_scratch *got)
         return;
     }
     dd_scratch_reset(sc);
-    sc->busy = false;
+    atomic_store(&sc->busy, false);
 }
 
 /* H. Hinnant, "chrono-Compatible Low-Level Date Algorithms" (days_from_civil,

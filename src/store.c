@@ -1010,7 +1010,7 @@ dd_err_t store_complete_batch(struct store *s,
 {
     if (n == 0)
         return DD_OK;
-    struct dd_scratch local, *sc = store_scratch_take(s, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&s->scratch, &local);
     struct complete_batch cb = {
         .keys = dd_scratch_alloc(sc, n * sizeof(*cb.keys)),
         .ops = dd_scratch_alloc(sc, n * sizeof(*cb.ops)),
@@ -1047,7 +1047,7 @@ dd_err_t store_complete_batch(struct store *s,
             }
 out:
     store_wb_give(s, wb);
-    store_scratch_give(s, sc);
+    dd_scratch_give(&s->scratch, sc);
     return err;
 }
 
@@ -1392,7 +1392,7 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
     }
     dd_err_t err = DD_OK;
     struct dd_scratch local;
-    struct claim_batch cb = {.sc = store_scratch_take(s, &local),
+    struct claim_batch cb = {.sc = dd_scratch_take(&s->scratch, &local),
                              .reqs = reqs, .n = n, .errstr = errstr,
                              .errstr_size = errstr_size};
     for (size_t i = 0; i < n; i++)
@@ -1414,7 +1414,7 @@ dd_err_t store_claim_batch(struct store *s, struct store_claim_req *reqs,
         err = claim_batch_write(s, &cb, now_ms);
     store_stripes_unlock(s, cb.locked);
 out:
-    store_scratch_give(s, cb.sc);
+    dd_scratch_give(&s->scratch, cb.sc);
     return err;
 }
 

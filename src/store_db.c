@@ -146,25 +146,6 @@ void store_wb_give(struct store *s, rocksdb_writebatch_t *wb)
         rocksdb_writebatch_destroy(wb);
 }
 
-struct dd_scratch *store_scratch_take(struct store *s,
-                                      struct dd_scratch *local)
-{
-    if (!atomic_exchange(&s->scratch_busy, true))
-        return &s->scratch;
-    *local = (struct dd_scratch){0};
-    return local;
-}
-
-void store_scratch_give(struct store *s, struct dd_scratch *sc)
-{
-    if (sc != &s->scratch) {
-        dd_scratch_fini(sc);
-        return;
-    }
-    dd_scratch_reset(sc);
-    atomic_store(&s->scratch_busy, false);
-}
-
 /* ---------------------------------------------------------------------- */
 /* group commit                                                            */
 

@@ -153,9 +153,9 @@ struct store {
      * buffer keeps its capacity, so a completion batch of pages does not
      * grow it by copies again */
     _Atomic(rocksdb_writebatch_t *) wb_spare;
-    /* the batch calls' scratch arrays (store_scratch_take), reused */
+    /* the batch calls' arrays (dd_scratch_take: a concurrent call gets its
+     * own), reused from batch to batch */
     struct dd_scratch scratch;
-    atomic_bool scratch_busy;
 
     /* hot index, and its rebuild thread (store_db.c) */
     struct store_index *idx;
@@ -288,16 +288,6 @@ rocksdb_writebatch_t *store_wb_take(struct store *s);
  * one is kept already or it held more than STORE_WB_KEEP_BYTES (then
  * destroyed).  @locality any thread.  (store_db.c) */
 void store_wb_give(struct store *s, rocksdb_writebatch_t *wb);
-
-/* Scratch memory for one batch call's arrays (dd.h, struct dd_scratch):
- * the store's own when no other call holds it, else \p local (zeroed here).
- * store_scratch_give() releases it.  @locality any thread.  (store_db.c) */
-struct dd_scratch *store_scratch_take(struct store *s,
-                                      struct dd_scratch *local);
-
-/* Release what \p sc (from store_scratch_take) handed out: the store's is
- * reset and kept, a local one freed. */
-void store_scratch_give(struct store *s, struct dd_scratch *sc);
 
 /* Sync the WAL now, for \p why (named in the log line of a failure).
  * Never after a failed fsync (store_sync_failed): false then; a failure

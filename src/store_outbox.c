@@ -240,7 +240,7 @@ dd_err_t store_outbox_ack_batch(struct store *s,
 {
     if (n == 0)
         return DD_OK;
-    struct dd_scratch local, *sc = store_scratch_take(s, &local);
+    struct dd_scratch local, *sc = dd_scratch_take(&s->scratch, &local);
     struct store_index_key *keys = dd_scratch_alloc(sc, n * sizeof(*keys));
     struct store_op *ops = dd_scratch_alloc(sc, n * sizeof(*ops));
     bool *mark = dd_scratch_calloc(sc, n, sizeof(*mark));
@@ -275,7 +275,7 @@ dd_err_t store_outbox_ack_batch(struct store *s,
                                            errstr, errstr_size);
     }
 out:
-    store_scratch_give(s, sc);
+    dd_scratch_give(&s->scratch, sc);
     return err;
 }
 
