@@ -688,33 +688,72 @@ static void to_hex(const unsigned char *md, size_t n, char *out)
 /*
  * OpenSSL 3 resolves EVP_sha256() through an implicit fetch (a provider
  * lookup under a lock) on every digest; fetching once saves that on the hot
- * path.  The method lives for the process (still reachable at exit).
+ * path.  The method lives for the process (still reachable at exit).  Each
+ * thread keeps one digest context (a pthread key frees it when the thread
+ * ends) and starts every digest on it again with EVP_DigestInit_ex2, which
+ * reuses the provider's context when the method is the same: EVP_Digest
+ * would allocate, reference, clean and free one per call (EVP_DigestInit(3):
+ * "EVP_DigestInit_ex2() can be called to initialize a new digest operation"
+ * on a context after EVP_DigestFinal_ex()).
  */
 static const EVP_MD *sha256_md;
+static pthread_key_t sha256_ctx_key;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_ctx_free(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
 
 static void sha256_fetch(void)
 {
     sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    if (pthread_key_create(&sha256_ctx_key, sha256_ctx_free))
+        dd_oom("SHA-256 context key (pthread_key_create)");
 }
 
-static const EVP_MD *sha256(void)
+/* This thread's digest context, initialized for SHA-256.  Fails only when
+ * OpenSSL cannot allocate: there is no safe fallback value for an identity
+ * hash (a constant would merge unrelated jobs), so stop as any failed
+ * allocation does (dd.h). */
+static EVP_MD_CTX *sha256_begin(void)
 {
     pthread_once(&sha256_once, sha256_fetch);
-    return sha256_md ? sha256_md : EVP_sha256();
+    EVP_MD_CTX *ctx = pthread_getspecific(sha256_ctx_key);
+    if (!ctx) {
+        ctx = EVP_MD_CTX_new();
+        if (!ctx || pthread_setspecific(sha256_ctx_key, ctx))
+            dd_oom("SHA-256 digest context (EVP_MD_CTX)");
+    }
+    if (EVP_DigestInit_ex2(ctx, sha256_md ? sha256_md : EVP_sha256(),
+                           NULL) != 1)
+        dd_oom("SHA-256 digest (EVP_DigestInit_ex2)");
+    return ctx;
+}
+
+/* Finish the digest begun by sha256_begin() into \p out (64 hex digits). */
+static void sha256_end(EVP_MD_CTX *ctx, char out[KEY_HEX_LEN + 1])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != KEY_HEX_LEN / 2)
+        dd_oom("SHA-256 digest (EVP_DigestFinal_ex)");
+    to_hex(md, mdlen, out);
 }
 
 void key_sha256_hex(const void *data, size_t len, char out[KEY_HEX_LEN + 1])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    /* EVP_Digest fails only when OpenSSL cannot allocate its context.  There
-     * is no safe fallback value for an identity hash (a constant would merge
-     * unrelated jobs), so stop as any failed allocation does (dd.h). */
-    if (EVP_Digest(data, len, md, &mdlen, sha256(), NULL) != 1 ||
-        mdlen != KEY_HEX_LEN / 2)
-        dd_oom("SHA-256 digest (EVP_Digest)");
-    to_hex(md, mdlen, out);
+    /* the empty input's digest (FIPS 180-4; every job without a body) */
+    static const char empty[KEY_HEX_LEN + 1] =
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    if (len == 0) {
+        memcpy(out, empty, sizeof(empty));
+        return;
+    }
+    EVP_MD_CTX *ctx = sha256_begin();
+    if (EVP_DigestUpdate(ctx, data, len) != 1)
+        dd_oom("SHA-256 digest (EVP_DigestUpdate)");
+    sha256_end(ctx, out);
 }
 
 /* SHA-256 of "result:v1:" + op_id + "\n" + request_hash, then + "\n" +
@@ -723,21 +762,15 @@ static void event_key_of(const char *op_id, const char *request_hash,
                          const char *suffix, char out[KEY_HEX_LEN + 1])
 {
     static const char prefix[] = "result:v1:";
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    /* As in key_sha256_hex: no safe fallback for an identity hash. */
-    if (!ctx || EVP_DigestInit_ex(ctx, sha256(), NULL) != 1 ||
-        EVP_DigestUpdate(ctx, prefix, sizeof(prefix) - 1) != 1 ||
+    EVP_MD_CTX *ctx = sha256_begin();
+    if (EVP_DigestUpdate(ctx, prefix, sizeof(prefix) - 1) != 1 ||
         EVP_DigestUpdate(ctx, op_id, strlen(op_id)) != 1 ||
         EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
         EVP_DigestUpdate(ctx, request_hash, strlen(request_hash)) != 1 ||
         (suffix && (EVP_DigestUpdate(ctx, "\n", 1) != 1 ||
-                    EVP_DigestUpdate(ctx, suffix, strlen(suffix)) != 1)) ||
-        EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen != KEY_HEX_LEN / 2)
-        dd_oom("SHA-256 digest context (EVP_MD_CTX)");
-    EVP_MD_CTX_free(ctx);
-    to_hex(md, mdlen, out);
+                    EVP_DigestUpdate(ctx, suffix, strlen(suffix)) != 1)))
+        dd_oom("SHA-256 digest (EVP_DigestUpdate)");
+    sha256_end(ctx, out);
 }
 
 void key_event_key(const char *op_id, const char *request_hash,

@@ -1,6 +1,7 @@
 /* Unit tests of key.c: URL normalization rules (DESIGN.md section 2), field
  * cases C-01, C-02, C-05, C-06, C-29 at the URL level, hashes. */
 #include <check.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,56 @@ START_TEST(test_key_sha256_known_answers)
 }
 END_TEST
 
+/* The FIPS 180-4 examples, one after another on the thread's reused digest
+ * context (each digest starts it again) and on a second thread with its
+ * own: no state carries from one digest to the next. */
+static void *sha256_sequence(void *arg)
+{
+    static const struct {
+        const char *in;
+        const char *hex;
+    } v[] = {
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+    };
+    int *bad = arg;
+    for (int round = 0; round < 3; round++)
+        for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+            char hex[KEY_HEX_LEN + 1];
+            key_sha256_hex(v[i].in, strlen(v[i].in), hex);
+            if (strcmp(hex, v[i].hex))
+                (*bad)++;
+        }
+    return NULL;
+}
+
+START_TEST(test_key_sha256_context_reused_across_digests_and_threads)
+{
+    int bad_here = 0, bad_there = 0;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, sha256_sequence, &bad_there), 0);
+    sha256_sequence(&bad_here);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    ck_assert_int_eq(bad_here, 0);
+    ck_assert_int_eq(bad_there, 0);
+    /* the event key hashes several pieces on the same context */
+    char a[KEY_HEX_LEN + 1], b[KEY_HEX_LEN + 1];
+    key_event_key("op-1", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb"
+                  "410ff61f20015ad", a);
+    char h[KEY_HEX_LEN + 1];
+    key_sha256_hex("abc", 3, h);
+    key_event_key("op-1", h, b);
+    ck_assert_str_eq(a, b);
+    static const char in[] = "result:v1:op-1\nba7816bf8f01cfea414140de5dae2223b"
+                             "00361a396177a9cb410ff61f20015ad";
+    key_sha256_hex(in, sizeof(in) - 1, h);
+    ck_assert_str_eq(a, h);
+}
+END_TEST
+
 /* Found by fuzz_url (tests/fuzz/regressions/url/idn_greek_question_mark_...):
  * IDN mapping turned U+037E into ';', so two URLs could share one identity. */
 START_TEST(test_key_idn_host_mapping_to_delimiter_is_refused)
@@ -570,6 +621,7 @@ Suite *key_suite(void)
 
     tc = tcase_create("hashes");
     tcase_add_test(tc, test_key_sha256_known_answers);
+    tcase_add_test(tc, test_key_sha256_context_reused_across_digests_and_threads);
     tcase_add_test(tc, test_key_event_key_known_answer);
     tcase_add_test(tc, test_key_event_key_epoch_known_answers);
     tcase_add_test(tc, test_key_idn_host_mapping_to_delimiter_is_refused);
