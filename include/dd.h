@@ -82,6 +82,31 @@ void *dd_xrealloc(void *p, size_t n, const char *what);
 /** @brief strdup(\p s), or dd_oom(\p what). @returns never NULL; free() it. */
 char *dd_xstrdup(const char *s, const char *what);
 
+/**
+ * @brief Copy the NUL-terminated \p src into \p dst of \p size bytes,
+ *        cut to size - 1 bytes and always NUL-terminated when size > 0
+ *        (BSD strlcpy; glibc has it from 2.38 only).  What
+ *        `snprintf(dst, size, "%s", src)` did on the hot path, without the
+ *        format machinery.
+ * @returns strlen(\p src) (>= size means cut).  @locality any thread; pure.
+ */
+size_t dd_strlcpy(char *dst, const char *src, size_t size);
+
+/** Bytes dd_fmt_i64 and dd_fmt_u64 may write, the NUL included. */
+#define DD_FMT_INT_MAX 21
+
+/**
+ * @brief \p v in decimal ("-" for negatives, no leading zeros), as printf's
+ *        "%lld" writes it, NUL-terminated, into \p out of at least
+ *        DD_FMT_INT_MAX bytes.
+ * @returns the digits' count (and sign), the NUL excluded.
+ * @locality any thread; pure.
+ */
+size_t dd_fmt_i64(char *out, int64_t v);
+
+/** @brief dd_fmt_i64 for an unsigned \p v ("%llu"). */
+size_t dd_fmt_u64(char *out, uint64_t v);
+
 /* ---------------------------------------------------------------------- */
 /* scratch: a batch's temporary arrays, reused from batch to batch         */
 

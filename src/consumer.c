@@ -184,7 +184,17 @@ void consumer_op_finish(struct pipeline *pl, struct opctx *o)
 static void source_of(const char *topic, int32_t partition, int64_t offset,
                       char *buf, size_t size)
 {
-    snprintf(buf, size, "%s/%d/%lld", topic, (int)partition, (long long)offset);
+    /* snprintf(buf, size, "%s/%d/%lld", ...) without the format machinery
+     * (once for every parsed job) */
+    char num[2 * DD_FMT_INT_MAX + 2];
+    size_t n = 0;
+    num[n++] = '/';
+    n += dd_fmt_i64(num + n, partition);
+    num[n++] = '/';
+    dd_fmt_i64(num + n, offset);
+    size_t t = dd_strlcpy(buf, topic, size);
+    if (t + 1 < size)
+        dd_strlcpy(buf + t, num, size - t);
 }
 
 static void send_dlq(struct pipeline *pl, const rd_kafka_message_t *rkm,
@@ -478,10 +488,13 @@ static void claim_won(struct pipeline *pl, struct job *job, struct pmsg *pm,
                     (unsigned)op->retry_epoch);
     }
     /* a failed op claimed again publishes under its epoch's event_key
-     * (DESIGN.md section 2) */
-    job->retry_epoch = op->retry_epoch;
-    key_event_key_epoch(job->op_id, job->request_hash, op->retry_epoch,
-                        job->event_key);
+     * (DESIGN.md section 2); job->event_key is always job->retry_epoch's
+     * (epoch 0's from job_parse), so only another epoch hashes again */
+    if (job->retry_epoch != op->retry_epoch) {
+        job->retry_epoch = op->retry_epoch;
+        key_event_key_epoch(job->op_id, job->request_hash, op->retry_epoch,
+                            job->event_key);
+    }
     struct opctx *o = op_add(pl, job, op->generation, pm);
     o->base_attempts = op->attempts;
     o->rec = *op;
@@ -563,7 +576,7 @@ static void claim_conflict(struct pipeline *pl, struct job *job,
     consumer_out_header(m, "dedupd-op-id", job->op_id);
     m->msg = pm;
     m->op_id = dd_xstrdup(job->op_id, "conflict record");
-    snprintf(m->hash, sizeof(m->hash), "%s", job->request_hash);
+    dd_strlcpy(m->hash, job->request_hash, sizeof(m->hash));
     m->next_conflict = pl->conflicts_inflight;
     pl->conflicts_inflight = m;
     job_destroy(job);
@@ -1095,10 +1108,10 @@ static void attempt_record(struct store_attempt *sa,
     sa->ended_at_ms = fa->ended_at_ms;
     sa->status = (int32_t)fa->status;
     sa->bytes = fa->bytes;
-    snprintf(sa->session, sizeof(sa->session), "%s", fa->session);
-    snprintf(sa->exit_addr, sizeof(sa->exit_addr), "%s", fa->exit_addr);
-    snprintf(sa->category, sizeof(sa->category), "%s", fa->category);
-    snprintf(sa->error, sizeof(sa->error), "%s", fa->error);
+    dd_strlcpy(sa->session, fa->session, sizeof(sa->session));
+    dd_strlcpy(sa->exit_addr, fa->exit_addr, sizeof(sa->exit_addr));
+    dd_strlcpy(sa->category, fa->category, sizeof(sa->category));
+    dd_strlcpy(sa->error, fa->error, sizeof(sa->error));
 }
 
 /*

@@ -137,8 +137,8 @@ void consumer_out_header(struct outmsg *m, const char *name,
 static void out_result_headers(struct outmsg *m, const char *op_id,
                                const char *event_key, uint64_t generation)
 {
-    char gen[32];
-    snprintf(gen, sizeof(gen), "%llu", (unsigned long long)generation);
+    char gen[DD_FMT_INT_MAX];
+    dd_fmt_u64(gen, generation);
     consumer_out_header(m, "idempotency-key", event_key);
     consumer_out_header(m, "dedupd-op-id", op_id);
     consumer_out_header(m, "dedupd-generation", gen);

@@ -41,6 +41,40 @@ uint64_t dd_fnv1a64_str(const char *s)
     return h;
 }
 
+size_t dd_strlcpy(char *dst, const char *src, size_t size)
+{
+    size_t n = strlen(src);
+    if (size) {
+        size_t c = n < size - 1 ? n : size - 1;
+        memcpy(dst, src, c);
+        dst[c] = '\0';
+    }
+    return n;
+}
+
+size_t dd_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[DD_FMT_INT_MAX];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = '\0';
+    return n;
+}
+
+size_t dd_fmt_i64(char *out, int64_t v)
+{
+    if (v >= 0)
+        return dd_fmt_u64(out, (uint64_t)v);
+    out[0] = '-';
+    /* -(v + 1) + 1: INT64_MIN's magnitude without overflow */
+    return 1 + dd_fmt_u64(out + 1, (uint64_t)(-(v + 1)) + 1);
+}
+
 void dd_oom(const char *what)
 {
     log_msg(LOG_CRIT, "MAIN", "out of memory: %s", what);

@@ -1025,11 +1025,10 @@ static bool canonical_direct(const struct job_conf *conf,
         cw_request(&w, conf, &job->req, job, &obs_at);
         CW_LIT(&w, "}");
     }
-    char num[32];
-    int nn = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
-                      (json_int_t)job->parser_version);
+    char num[DD_FMT_INT_MAX]; /* jansson's "%" JSON_INTEGER_FORMAT */
+    size_t nn = dd_fmt_i64(num, (int64_t)(json_int_t)job->parser_version);
     CW_LIT(&obs, "\"parser_version\":");
-    jstr_buf_put(&obs, num, (size_t)nn);
+    jstr_buf_put(&obs, num, nn);
     CW_LIT(&obs, ",\"scheduled_for\":");
     cw_str_or_null(&obs, job->scheduled_for);
     CW_LIT(&obs, ",");

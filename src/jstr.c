@@ -385,10 +385,8 @@ static void dump_value(struct jstr_buf *b, const json_t *v, bool sort, int depth
         jstr_buf_quote(b, json_string_value(v), json_string_length(v));
         return;
     case JSON_INTEGER: {
-        char num[32];
-        int n = snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
-                         json_integer_value(v));
-        jstr_buf_put(b, num, (size_t)n);
+        char num[DD_FMT_INT_MAX]; /* jansson's "%" JSON_INTEGER_FORMAT */
+        jstr_buf_put(b, num, dd_fmt_i64(num, (int64_t)json_integer_value(v)));
         return;
     }
     case JSON_TRUE:

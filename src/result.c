@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dd.h"
 #include "fetch.h"
 #include "job.h"
 #include "jstr.h"
@@ -185,13 +186,25 @@ static dd_err_t shadow_encode(const struct job *job, uint64_t generation,
         } else {
             w = jstr_quote_into(strs[i], strlen(strs[i]), w);
         }
-        if (w && i == 2) /* json_integer's "%lld" of each */
-            w += sprintf(w, ",\"generation\":%lld,\"retry_epoch\":%lld",
-                         (long long)(json_int_t)generation,
-                         (long long)(json_int_t)job->retry_epoch);
+        if (w && i == 2) { /* json_integer's "%lld" of each */
+            static const char g[] = ",\"generation\":";
+            static const char r[] = ",\"retry_epoch\":";
+            memcpy(w, g, sizeof(g) - 1);
+            w += sizeof(g) - 1;
+            w += dd_fmt_i64(w, (int64_t)(json_int_t)generation);
+            memcpy(w, r, sizeof(r) - 1);
+            w += sizeof(r) - 1;
+            w += dd_fmt_i64(w, (int64_t)(json_int_t)job->retry_epoch);
+        }
     }
-    if (w && job->meta_json)
-        w += sprintf(w, ",\"meta\":%s", job->meta_json);
+    if (w && job->meta_json) {
+        static const char m[] = ",\"meta\":";
+        size_t ml = strlen(job->meta_json);
+        memcpy(w, m, sizeof(m) - 1);
+        w += sizeof(m) - 1;
+        memcpy(w, job->meta_json, ml);
+        w += ml;
+    }
     if (w) {
         static const char tail[] = ",\"outcome\":\"shadow\"}";
         memcpy(w, tail, sizeof(tail)); /* with its NUL */

@@ -238,8 +238,8 @@ static enum store_claim_result claim_apply(struct store *s, const char *op_id,
             cur->expires_at_ms = cur->lease_expires_at_ms;
         memcpy(cur->request_hash, request_hash, hlen + 1);
         memcpy(cur->event_key, event_key, elen + 1);
-        snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
-        snprintf(cur->source, sizeof(cur->source), "%s", source);
+        dd_strlcpy(cur->lease_owner, s->owner, sizeof(cur->lease_owner));
+        dd_strlcpy(cur->source, source, sizeof(cur->source));
         *dirty = true;
         return STORE_CLAIM_NEW;
     }
@@ -265,7 +265,7 @@ static enum store_claim_result claim_apply(struct store *s, const char *op_id,
         else if (cur->state != STORE_OP_RETRYABLE)
             cur->state = STORE_OP_RUNNING;
         cur->generation++;
-        snprintf(cur->lease_owner, sizeof(cur->lease_owner), "%s", s->owner);
+        dd_strlcpy(cur->lease_owner, s->owner, sizeof(cur->lease_owner));
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
         cur->updated_at_ms = now_ms;
         cur->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
@@ -509,7 +509,7 @@ static dd_err_t edit_retry(struct store_op *op, const void *arg,
     op->state = STORE_OP_RETRYABLE;
     op->not_before_ms = r->not_before_ms;
     op->attempts = r->attempts;
-    snprintf(op->category, sizeof(op->category), "%s", r->category);
+    dd_strlcpy(op->category, r->category, sizeof(op->category));
     return DD_OK;
 }
 
@@ -683,6 +683,7 @@ static void outbox_stage(struct store *s, rocksdb_writebatch_t *wb,
 
 static dd_err_t complete_stage(struct store *s, const char *fn,
                                rocksdb_writebatch_t *wb, const char *op_id,
+                               const struct store_index_key *k,
                                uint64_t generation, enum store_op_state state,
                                const char *category, uint32_t attempts,
                                const void *value, size_t value_len,
@@ -693,12 +694,10 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
                                char *errstr, size_t errstr_size)
 {
     dd_err_t err;
-    struct store_index_key k;
     /* the record the caller holds, while the index says nothing wrote the
      * op since: fenced without a read */
     if (held && !store_record_expired(held->expires_at_ms, now_ms) &&
-        (store_index_digest(s->idx, op_id, strlen(op_id), &k),
-         store_index_holds(s->idx, &k, held))) {
+        store_index_holds(s->idx, k, held)) {
         *op = *held;
         err = fence_check(s, fn, op_id, ST_LIVE, generation, op, errstr,
                           errstr_size);
@@ -730,8 +729,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     if (err)
         return err;
     op->state = state;
-    snprintf(op->category, sizeof(op->category), "%s",
-             category ? category : "");
+    dd_strlcpy(op->category, category ? category : "", sizeof(op->category));
     op->attempts = attempts;
     op->outbox_state = acked ? STORE_OUTBOX_SENT : STORE_OUTBOX_PENDING;
     op->outbox_seq = n;
@@ -781,7 +779,8 @@ dd_err_t store_complete(struct store *s, const char *op_id,
     pthread_mutex_lock(mu);
     struct store_op op;
     uint64_t n = 0;
-    err = complete_stage(s, "store_complete", batch, op_id, generation, state,
+    err = complete_stage(s, "store_complete", batch, op_id, &k, generation,
+                         state,
                          category, attempts, value, value_len, NULL, now_ms,
                          NULL,
                          false, false, &op, &n, errstr, errstr_size);
@@ -933,7 +932,7 @@ static size_t complete_batch_stage(struct store *s,
                      && r->body_lit_off <= r->value_len
                      && r->body_lit_len <= r->value_len - r->body_lit_off;
         r->err = complete_stage(s, "store_complete_batch", wb, r->op_id,
-                                r->generation, r->state, r->category,
+                                &cb->keys[i], r->generation, r->state, r->category,
                                 r->attempts, r->value, r->value_len,
                                 named ? &ref : NULL, now_ms,
                                 r->held, r->held_unwritten, r->acked,

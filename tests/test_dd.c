@@ -6,9 +6,52 @@
 #include <stdalign.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dd.h"
+
+START_TEST(test_dd_fmt_matches_printf)
+{
+    static const int64_t v[] = {0, 1, -1, 9, 10, -10, 99, 100, 12345,
+                                -987654321, INT64_MAX, INT64_MIN,
+                                INT64_MAX - 1, INT64_MIN + 1, 1000000000000};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        char a[DD_FMT_INT_MAX], b[64];
+        size_t n = dd_fmt_i64(a, v[i]);
+        snprintf(b, sizeof(b), "%lld", (long long)v[i]);
+        ck_assert_str_eq(a, b);
+        ck_assert_uint_eq(n, strlen(b));
+    }
+    static const uint64_t u[] = {0, 7, 10, 18446744073709551615ULL,
+                                 9223372036854775808ULL};
+    for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++) {
+        char a[DD_FMT_INT_MAX], b[64];
+        size_t n = dd_fmt_u64(a, u[i]);
+        snprintf(b, sizeof(b), "%llu", (unsigned long long)u[i]);
+        ck_assert_str_eq(a, b);
+        ck_assert_uint_eq(n, strlen(b));
+    }
+}
+END_TEST
+
+START_TEST(test_dd_strlcpy_cuts_and_terminates)
+{
+    char d[6];
+    memset(d, 'x', sizeof(d));
+    ck_assert_uint_eq(dd_strlcpy(d, "abc", sizeof(d)), 3);
+    ck_assert_str_eq(d, "abc");
+    ck_assert_uint_eq(dd_strlcpy(d, "abcdefgh", sizeof(d)), 8);
+    ck_assert_str_eq(d, "abcde"); /* as snprintf(d, 6, "%s", ...) */
+    ck_assert_uint_eq(dd_strlcpy(d, "", sizeof(d)), 0);
+    ck_assert_str_eq(d, "");
+    d[0] = 'q';
+    ck_assert_uint_eq(dd_strlcpy(d, "zz", 0), 2); /* nothing written */
+    ck_assert_int_eq(d[0], 'q');
+    ck_assert_uint_eq(dd_strlcpy(d, "zz", 1), 2);
+    ck_assert_str_eq(d, "");
+}
+END_TEST
 
 static bool aligned(const void *p)
 {
@@ -139,6 +182,8 @@ Suite *dd_suite(void)
     tcase_add_test(tc, test_dd_scratch_reused_after_the_first_batch);
     tcase_add_test(tc, test_dd_scratch_grows_to_a_bound);
     tcase_add_test(tc, test_dd_scratch_take_nested_gets_its_own);
+    tcase_add_test(tc, test_dd_fmt_matches_printf);
+    tcase_add_test(tc, test_dd_strlcpy_cuts_and_terminates);
     suite_add_tcase(s, tc);
     return s;
 }
