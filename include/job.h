@@ -106,6 +106,9 @@ struct job {
                                              and scheduled_for: what
                                              validators and single-flight
                                              key on (DESIGN.md 4, 5) */
+    bool one_block;              /**< job_parse's: the struct, its arrays
+                                      and strings in one allocation (read
+                                      only; job_destroy frees it at once) */
 };
 
 /** Identity and validation settings (borrowed; must outlive the call). */

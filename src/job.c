@@ -1236,6 +1236,113 @@ static dd_err_t parse_safe(json_t *root, struct job *job, char *errstr,
     return DD_OK;
 }
 
+/* ---- one block ------------------------------------------------------- */
+
+/* Bytes of a NUL-terminated string with its NUL, 0 for NULL. */
+static size_t ob_str_size(const char *s)
+{
+    return s ? strlen(s) + 1 : 0;
+}
+
+/* The strings (and body) of \p r: bytes after its header array. */
+static size_t ob_req_strings(const struct job_request *r)
+{
+    size_t n = ob_str_size(r->url) + ob_str_size(r->normalized_url) +
+               ob_str_size(r->method);
+    for (size_t i = 0; i < r->n_headers; i++)
+        n += ob_str_size(r->headers[i].name) + ob_str_size(r->headers[i].value);
+    if (r->body)
+        n += r->body_len + 1;
+    return n;
+}
+
+/* Bytes from \p off rounded up for an array of pointers and sizes. */
+static size_t ob_align(size_t off)
+{
+    return (off + 15) & ~(size_t)15;
+}
+
+static char *ob_str(char **w, const char *s)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = *w;
+    memcpy(d, s, n);
+    *w += n;
+    return d;
+}
+
+/* Copy request \p src into \p dst: its header array at *\p arr, its
+ * strings at *\p w (both advanced). */
+static void ob_req(struct job_request *dst, const struct job_request *src,
+                   char **arr, char **w)
+{
+    *dst = *src;
+    dst->headers = NULL;
+    if (src->n_headers) {
+        dst->headers = (struct job_header *)(void *)*arr;
+        *arr += ob_align(src->n_headers * sizeof(*src->headers));
+    }
+    dst->url = ob_str(w, src->url);
+    dst->normalized_url = ob_str(w, src->normalized_url);
+    dst->method = ob_str(w, src->method);
+    for (size_t i = 0; i < src->n_headers; i++) {
+        dst->headers[i].name = ob_str(w, src->headers[i].name);
+        dst->headers[i].value = ob_str(w, src->headers[i].value);
+    }
+    if (src->body) {
+        dst->body = (unsigned char *)*w;
+        memcpy(*w, src->body, src->body_len);
+        (*w)[src->body_len] = '\0';
+        *w += src->body_len + 1;
+    }
+}
+
+/* \p j (borrowed) copied into one allocation: the struct, the steps and
+ * header arrays, then every string; NULL when out of memory (the caller
+ * keeps \p j). */
+static struct job *job_one_block(const struct job *j)
+{
+    const struct job_request *reqs = j->steps ? j->steps : &j->req;
+    size_t nreq = j->steps ? j->n_steps : 1;
+    size_t arrays = j->steps ? ob_align(nreq * sizeof(*reqs)) : 0;
+    size_t strings = ob_str_size(j->job_key) + ob_str_size(j->scope) +
+                     ob_str_size(j->country) + ob_str_size(j->scheduled_for) +
+                     ob_str_size(j->rotation) + ob_str_size(j->meta_json) +
+                     ob_str_size(j->canonical);
+    for (size_t i = 0; i < nreq; i++) {
+        if (reqs[i].n_headers)
+            arrays += ob_align(reqs[i].n_headers * sizeof(*reqs[i].headers));
+        strings += ob_req_strings(&reqs[i]);
+    }
+    size_t head = ob_align(sizeof(*j));
+    char *b = malloc(head + arrays + strings);
+    if (!b)
+        return NULL;
+    struct job *o = (struct job *)(void *)b;
+    *o = *j;
+    char *arr = b + head, *w = b + head + arrays;
+    if (j->steps) {
+        o->steps = (struct job_request *)(void *)arr;
+        arr += ob_align(nreq * sizeof(*reqs));
+        for (size_t i = 0; i < nreq; i++)
+            ob_req(&o->steps[i], &j->steps[i], &arr, &w);
+        o->req = o->steps[0]; /* the shallow copy, as parse_steps makes it */
+    } else {
+        ob_req(&o->req, &j->req, &arr, &w);
+    }
+    o->job_key = ob_str(&w, j->job_key);
+    o->scope = ob_str(&w, j->scope);
+    o->country = ob_str(&w, j->country);
+    o->scheduled_for = ob_str(&w, j->scheduled_for);
+    o->rotation = ob_str(&w, j->rotation);
+    o->meta_json = ob_str(&w, j->meta_json);
+    o->canonical = ob_str(&w, j->canonical);
+    o->one_block = true;
+    return o;
+}
+
 dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
                    struct job **out, char *errstr, size_t errstr_size)
 {
@@ -1286,6 +1393,13 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
         err = derive_identity(conf, job, errstr, errstr_size);
     if (err)
         goto out;
+    /* one block instead of a dozen: one free when its op ends, on
+     * whichever thread that is, and the job's bytes side by side */
+    struct job *one = job_one_block(job);
+    if (one) {
+        job_destroy(job);
+        job = one;
+    }
     *out = job;
     job = NULL;
 
@@ -1299,6 +1413,10 @@ void job_destroy(struct job *job)
 {
     if (!job)
         return;
+    if (job->one_block) {
+        free(job);
+        return;
+    }
     if (job->steps) {
         /* req is a shallow copy of steps[0]: freed through steps only */
         for (size_t i = 0; i < job->n_steps; i++)

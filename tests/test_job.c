@@ -782,6 +782,75 @@ START_TEST(test_job_steps)
 }
 END_TEST
 
+/* job_parse hands out one block: every pointer of the job (steps, header
+ * arrays, strings, body) lies inside it, the values are the parse's, and
+ * job_destroy frees it at once (valgrind and ASan runs of this suite catch
+ * a pointer left to freed parse memory or a double free). */
+static void assert_inside(const struct job *j, const void *p, size_t n)
+{
+    /* the block ends at its last string's NUL: canonical is copied last */
+    const char *lo = (const char *)j;
+    const char *hi = j->canonical + strlen(j->canonical) + 1;
+    if (!p)
+        return;
+    ck_assert_msg((const char *)p >= lo && (const char *)p + n <= hi,
+                  "pointer outside the job's block");
+}
+
+START_TEST(test_job_one_block)
+{
+    struct job *j = parse(
+        "{\"steps\":[{\"url\":\"https://example.com/login\","
+        "\"method\":\"POST\",\"headers\":{\"Accept\":\"text/html\","
+        "\"X-Api-Key\":\"k\"},\"body\":\"u=1\"},"
+        "{\"url\":\"https://example.com/data\"}],"
+        "\"job_key\":\"jk-1\",\"scope\":\"s\",\"country\":\"de\","
+        "\"rotation\":\"sticky\",\"meta\":{\"a\":[1,\"x\"]}}");
+    ck_assert(j->one_block);
+    ck_assert_uint_eq(j->n_steps, 2);
+    assert_inside(j, j->steps, 2 * sizeof(*j->steps));
+    for (size_t s = 0; s < j->n_steps; s++) {
+        const struct job_request *r = &j->steps[s];
+        assert_inside(j, r->url, strlen(r->url) + 1);
+        assert_inside(j, r->normalized_url, strlen(r->normalized_url) + 1);
+        assert_inside(j, r->method, strlen(r->method) + 1);
+        assert_inside(j, r->headers, r->n_headers * sizeof(*r->headers));
+        for (size_t h = 0; h < r->n_headers; h++) {
+            assert_inside(j, r->headers[h].name, strlen(r->headers[h].name) + 1);
+            assert_inside(j, r->headers[h].value,
+                          strlen(r->headers[h].value) + 1);
+        }
+        if (r->body)
+            assert_inside(j, r->body, r->body_len + 1);
+    }
+    ck_assert_ptr_eq(j->req.url, j->steps[0].url); /* still the shallow copy */
+    ck_assert_ptr_eq(j->req.headers, j->steps[0].headers);
+    ck_assert_uint_eq(j->steps[0].n_headers, 2);
+    ck_assert_str_eq(job_header_get(&j->req, "accept"), "text/html");
+    ck_assert_uint_eq(j->req.body_len, 3);
+    ck_assert_mem_eq(j->req.body, "u=1", 4); /* with its NUL */
+    ck_assert_ptr_null(j->steps[1].body);
+    ck_assert_str_eq(j->job_key, "jk-1");
+    ck_assert_str_eq(j->scope, "s");
+    ck_assert_str_eq(j->country, "DE");
+    ck_assert_str_eq(j->rotation, "sticky");
+    ck_assert_str_eq(j->meta_json, "{\"a\":[1,\"x\"]}");
+    ck_assert_str_eq(j->op_id, "s:jk-1");
+    assert_inside(j, j->job_key, 5);
+    assert_inside(j, j->meta_json, strlen(j->meta_json) + 1);
+    job_destroy(j);
+    /* a plain job: no steps array, its own request */
+    j = parse("{\"url\":\"http://a/x\",\"body\":\"\"}");
+    ck_assert(j->one_block);
+    ck_assert_ptr_null(j->steps);
+    assert_inside(j, j->req.url, strlen(j->req.url) + 1);
+    ck_assert_ptr_nonnull(j->req.body); /* given, empty */
+    ck_assert_uint_eq(j->req.body_len, 0);
+    assert_inside(j, j->req.body, 1);
+    job_destroy(j);
+}
+END_TEST
+
 /* ---- other accepted fields ---------------------------------------------- */
 
 START_TEST(test_job_optional_fields)
@@ -1592,6 +1661,7 @@ Suite *job_suite(void)
     tcase_add_test(tc, test_job_absent_and_empty_body_same_hash);
     tcase_add_test(tc, test_job_scheduled_for_normalized);
     tcase_add_test(tc, test_job_steps);
+    tcase_add_test(tc, test_job_one_block);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fields");
