@@ -124,8 +124,11 @@ static struct opctx *op_find_key(struct pipeline *pl, const void *key,
 static struct opctx *op_add(struct pipeline *pl, struct job *job,
                             uint64_t generation, struct pmsg *pm)
 {
-    struct opctx *o = dd_xcalloc(1, sizeof(*o), "op context");
-    o->op_id = dd_xstrdup(job->op_id, "op context");
+    /* the op_id in the same allocation, after the struct */
+    size_t idlen = strlen(job->op_id);
+    struct opctx *o = dd_xcalloc(1, sizeof(*o) + idlen + 1, "op context");
+    o->op_id = (char *)(o + 1);
+    memcpy(o->op_id, job->op_id, idlen + 1);
     o->job = job;
     o->generation = generation;
     o->msgs = pm;
@@ -161,9 +164,8 @@ void consumer_op_free(struct opctx *o)
 {
     job_destroy(o->job);
     free(o->cond);
-    free(o->op_id);
     free(o->clog);
-    free(o);
+    free(o); /* and its op_id (op_add) */
 }
 
 /* Remove \p o from the map, complete its messages and free it. */
@@ -1800,9 +1802,8 @@ static void pipeline_fini(struct pipeline *pl)
             }
             job_destroy(o->job);
             free(o->cond);
-            free(o->op_id);
             free(o->clog);
-            free(o);
+            free(o); /* and its op_id */
             o = n;
         }
     }

@@ -119,21 +119,27 @@ struct outmsg {
     int32_t partition;    /* explicit partition, or -1: the key's */
     const char *topic;    /* borrowed: the run's topic names (cfg, the
                              changelog's), which outlive its messages */
-    char *key;            /* key, NUL, value, NUL: one allocation */
+    char *key;            /* key, NUL, value, NUL: after the struct, in
+                             its allocation (consumer_out_new) */
     size_t key_len;
     char *value;          /* in key's allocation, or value_own */
     size_t value_len;
     char *value_own;      /* a value taken over (consumer_out_result_take),
                              freed with the message; or NULL */
     const char *hname[4]; /* string literals */
-    char *hval[4];
+    char *hval[4];        /* in hbuf, or malloc'd when it did not fit */
     size_t n_hdrs;
+    char hbuf[192];       /* header values (a result's three: 64 + op_id +
+                             20 bytes) */
+    size_t hbuf_used;
     struct opctx *op;     /* OUT_RESULT, OUT_CHANGELOG */
     struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT, OUT_CHANGELOG,
                              OUT_REROUTE */
     uint64_t seq;         /* OUT_RESULT, OUT_REPLAY, OUT_CHANGELOG (0: no
                              outbox entry to acknowledge) */
-    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT, OUT_CHANGELOG */
+    char *op_id;          /* OUT_REPLAY, OUT_CONFLICT, OUT_CHANGELOG: its own
+                             copy, or the key (OUT_CHANGELOG, whose key is
+                             the op_id) */
     int32_t src_partition; /* OUT_REPLAY: the op's partition (its source),
                               -1 when unknown */
     char hash[STORE_HASH_LEN + 1]; /* OUT_CONFLICT: the conflicting hash */

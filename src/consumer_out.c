@@ -20,12 +20,13 @@
 
 void consumer_out_free(struct outmsg *m)
 {
-    free(m->key); /* and the value, unless taken over */
     free(m->value_own);
-    free(m->op_id);
+    if (m->op_id != m->key)
+        free(m->op_id);
     for (size_t i = 0; i < m->n_hdrs; i++)
-        free(m->hval[i]);
-    free(m);
+        if (m->hval[i] < m->hbuf || m->hval[i] >= m->hbuf + sizeof(m->hbuf))
+            free(m->hval[i]);
+    free(m); /* and the key and value, unless taken over */
 }
 
 /* Put \p m on the retry list, to be sent again in \p delay_ms. */
@@ -106,13 +107,18 @@ struct outmsg *consumer_out_new(struct pipeline *pl, enum out_kind kind,
                                 size_t key_len, const void *value,
                                 size_t value_len)
 {
-    struct outmsg *m = dd_xcalloc(1, sizeof(*m), "outgoing message");
+    if (key_len > SIZE_MAX / 2 - sizeof(struct outmsg) ||
+        value_len > SIZE_MAX / 2)
+        dd_oom("outgoing message");
+    struct outmsg *m = dd_xmalloc(sizeof(*m) + key_len + value_len + 2,
+                                  "outgoing message");
+    memset(m, 0, sizeof(*m));
     m->pl = pl;
     m->kind = kind;
     m->partition = -1;
     m->src_partition = -1;
     m->topic = topic;
-    m->key = dd_xmalloc(key_len + value_len + 2, "outgoing message");
+    m->key = (char *)(m + 1);
     memcpy(m->key, key, key_len);
     m->key[key_len] = '\0';
     m->key_len = key_len;
@@ -127,8 +133,14 @@ void consumer_out_header(struct outmsg *m, const char *name,
                          const char *value)
 {
     if (m->n_hdrs < sizeof(m->hname) / sizeof(*m->hname)) {
+        size_t n = strlen(value) + 1;
         m->hname[m->n_hdrs] = name;
-        m->hval[m->n_hdrs] = dd_xstrdup(value, "outgoing header");
+        if (n <= sizeof(m->hbuf) - m->hbuf_used) {
+            m->hval[m->n_hdrs] = memcpy(m->hbuf + m->hbuf_used, value, n);
+            m->hbuf_used += n;
+        } else {
+            m->hval[m->n_hdrs] = dd_xstrdup(value, "outgoing header");
+        }
         m->n_hdrs++;
     }
 }
@@ -469,7 +481,7 @@ void consumer_out_changelog_value(struct pipeline *pl, int32_t partition,
     m->seq = seq;
     m->op = op;
     m->msg = msg;
-    m->op_id = dd_xstrdup(op_id, "changelog record");
+    m->op_id = m->key; /* the key is the op_id */
     consumer_out_send(pl, m);
 }
 
