@@ -132,6 +132,7 @@ struct outmsg {
     char hbuf[192];       /* header values (a result's three: 64 + op_id +
                              20 bytes) */
     size_t hbuf_used;
+    unsigned hval_own;    /* bit i: hval[i] was malloc'd (not in hbuf) */
     struct opctx *op;     /* OUT_RESULT, OUT_CHANGELOG */
     struct pmsg *msg;     /* OUT_DLQ, OUT_CONFLICT, OUT_CHANGELOG,
                              OUT_REROUTE */

@@ -24,7 +24,7 @@ void consumer_out_free(struct outmsg *m)
     if (m->op_id != m->key)
         free(m->op_id);
     for (size_t i = 0; i < m->n_hdrs; i++)
-        if (m->hval[i] < m->hbuf || m->hval[i] >= m->hbuf + sizeof(m->hbuf))
+        if (m->hval_own & (1u << i))
             free(m->hval[i]);
     free(m); /* and the key and value, unless taken over */
 }
@@ -140,6 +140,7 @@ void consumer_out_header(struct outmsg *m, const char *name,
             m->hbuf_used += n;
         } else {
             m->hval[m->n_hdrs] = dd_xstrdup(value, "outgoing header");
+            m->hval_own |= 1u << m->n_hdrs;
         }
         m->n_hdrs++;
     }
