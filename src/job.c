@@ -1238,64 +1238,104 @@ static dd_err_t parse_safe(json_t *root, struct job *job, char *errstr,
 
 /* ---- one block ------------------------------------------------------- */
 
-/* Bytes of a NUL-terminated string with its NUL, 0 for NULL. */
-static size_t ob_str_size(const char *s)
-{
-    return s ? strlen(s) + 1 : 0;
-}
+/* A walk over a job's arrays and strings that either measures them (base
+ * NULL: arr and w count bytes from 0) or copies them into the block at base
+ * (arr and w point into it).  One walk for both, so that the sizes and the
+ * copy cannot disagree. */
+struct ob {
+    char *base;
+    size_t arr, w; /* the next array's and the next string's offset */
+};
 
-/* The strings (and body) of \p r: bytes after its header array. */
-static size_t ob_req_strings(const struct job_request *r)
-{
-    size_t n = ob_str_size(r->url) + ob_str_size(r->normalized_url) +
-               ob_str_size(r->method);
-    for (size_t i = 0; i < r->n_headers; i++)
-        n += ob_str_size(r->headers[i].name) + ob_str_size(r->headers[i].value);
-    if (r->body)
-        n += r->body_len + 1;
-    return n;
-}
-
-/* Bytes from \p off rounded up for an array of pointers and sizes. */
+/* Offsets rounded up for an array of pointers and sizes. */
 static size_t ob_align(size_t off)
 {
     return (off + 15) & ~(size_t)15;
 }
 
-static char *ob_str(char **w, const char *s)
+/* \p n bytes of \p src (and a NUL after them) at the string offset; their
+ * place in the block, or NULL when measuring or \p src is NULL. */
+static void *ob_bytes(struct ob *b, const void *src, size_t n)
 {
-    if (!s)
+    if (!src)
         return NULL;
-    size_t n = strlen(s) + 1;
-    char *d = *w;
-    memcpy(d, s, n);
-    *w += n;
+    char *d = b->base ? b->base + b->w : NULL;
+    if (d) {
+        memcpy(d, src, n);
+        d[n] = '\0';
+    }
+    b->w += n + 1;
     return d;
 }
 
-/* Copy request \p src into \p dst: its header array at *\p arr, its
- * strings at *\p w (both advanced). */
-static void ob_req(struct job_request *dst, const struct job_request *src,
-                   char **arr, char **w)
+static char *ob_str(struct ob *b, const char *s)
 {
-    *dst = *src;
-    dst->headers = NULL;
-    if (src->n_headers) {
-        dst->headers = (struct job_header *)(void *)*arr;
-        *arr += ob_align(src->n_headers * sizeof(*src->headers));
-    }
-    dst->url = ob_str(w, src->url);
-    dst->normalized_url = ob_str(w, src->normalized_url);
-    dst->method = ob_str(w, src->method);
+    return ob_bytes(b, s, s ? strlen(s) : 0);
+}
+
+/* Room for \p n bytes of array at the array offset. */
+static void *ob_array(struct ob *b, size_t n)
+{
+    void *d = b->base && n ? b->base + b->arr : NULL;
+    b->arr += ob_align(n);
+    return d;
+}
+
+/* Request \p src into \p dst (NULL when measuring). */
+static void ob_req(struct ob *b, struct job_request *dst,
+                   const struct job_request *src)
+{
+    struct job_header *h =
+        ob_array(b, src->n_headers * sizeof(*src->headers));
+    char *url = ob_str(b, src->url);
+    char *nurl = ob_str(b, src->normalized_url);
+    char *method = ob_str(b, src->method);
     for (size_t i = 0; i < src->n_headers; i++) {
-        dst->headers[i].name = ob_str(w, src->headers[i].name);
-        dst->headers[i].value = ob_str(w, src->headers[i].value);
+        char *name = ob_str(b, src->headers[i].name);
+        char *value = ob_str(b, src->headers[i].value);
+        if (h)
+            h[i] = (struct job_header){name, value};
     }
-    if (src->body) {
-        dst->body = (unsigned char *)*w;
-        memcpy(*w, src->body, src->body_len);
-        (*w)[src->body_len] = '\0';
-        *w += src->body_len + 1;
+    unsigned char *body = ob_bytes(b, src->body, src->body_len);
+    if (dst) {
+        *dst = *src;
+        dst->headers = h;
+        dst->url = url;
+        dst->normalized_url = nurl;
+        dst->method = method;
+        dst->body = body;
+    }
+}
+
+/* Every array and string of \p j walked into \p o (NULL when measuring). */
+static void ob_job(struct ob *b, struct job *o, const struct job *j)
+{
+    if (j->steps) {
+        struct job_request *steps =
+            ob_array(b, j->n_steps * sizeof(*j->steps));
+        for (size_t i = 0; i < j->n_steps; i++)
+            ob_req(b, steps ? &steps[i] : NULL, &j->steps[i]);
+        if (o) {
+            o->steps = steps;
+            o->req = steps[0]; /* the shallow copy, as parse_steps makes it */
+        }
+    } else {
+        ob_req(b, o ? &o->req : NULL, &j->req);
+    }
+    char *strs[7];
+    const char *from[7] = {j->job_key,  j->scope,     j->country,
+                           j->scheduled_for, j->rotation, j->meta_json,
+                           j->canonical};
+    for (size_t i = 0; i < 7; i++)
+        strs[i] = ob_str(b, from[i]);
+    if (o) {
+        o->job_key = strs[0];
+        o->scope = strs[1];
+        o->country = strs[2];
+        o->scheduled_for = strs[3];
+        o->rotation = strs[4];
+        o->meta_json = strs[5];
+        o->canonical = strs[6];
     }
 }
 
@@ -1304,41 +1344,16 @@ static void ob_req(struct job_request *dst, const struct job_request *src,
  * keeps \p j). */
 static struct job *job_one_block(const struct job *j)
 {
-    const struct job_request *reqs = j->steps ? j->steps : &j->req;
-    size_t nreq = j->steps ? j->n_steps : 1;
-    size_t arrays = j->steps ? ob_align(nreq * sizeof(*reqs)) : 0;
-    size_t strings = ob_str_size(j->job_key) + ob_str_size(j->scope) +
-                     ob_str_size(j->country) + ob_str_size(j->scheduled_for) +
-                     ob_str_size(j->rotation) + ob_str_size(j->meta_json) +
-                     ob_str_size(j->canonical);
-    for (size_t i = 0; i < nreq; i++) {
-        if (reqs[i].n_headers)
-            arrays += ob_align(reqs[i].n_headers * sizeof(*reqs[i].headers));
-        strings += ob_req_strings(&reqs[i]);
-    }
     size_t head = ob_align(sizeof(*j));
-    char *b = malloc(head + arrays + strings);
-    if (!b)
+    struct ob m = {NULL, 0, 0};
+    ob_job(&m, NULL, j);
+    char *base = malloc(head + m.arr + m.w);
+    if (!base)
         return NULL;
-    struct job *o = (struct job *)(void *)b;
+    struct job *o = (struct job *)(void *)base;
     *o = *j;
-    char *arr = b + head, *w = b + head + arrays;
-    if (j->steps) {
-        o->steps = (struct job_request *)(void *)arr;
-        arr += ob_align(nreq * sizeof(*reqs));
-        for (size_t i = 0; i < nreq; i++)
-            ob_req(&o->steps[i], &j->steps[i], &arr, &w);
-        o->req = o->steps[0]; /* the shallow copy, as parse_steps makes it */
-    } else {
-        ob_req(&o->req, &j->req, &arr, &w);
-    }
-    o->job_key = ob_str(&w, j->job_key);
-    o->scope = ob_str(&w, j->scope);
-    o->country = ob_str(&w, j->country);
-    o->scheduled_for = ob_str(&w, j->scheduled_for);
-    o->rotation = ob_str(&w, j->rotation);
-    o->meta_json = ob_str(&w, j->meta_json);
-    o->canonical = ob_str(&w, j->canonical);
+    struct ob c = {base, head, head + m.arr};
+    ob_job(&c, o, j);
     o->one_block = true;
     return o;
 }
