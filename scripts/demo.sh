@@ -63,7 +63,7 @@ fi
 log_start=$(cat "$DEMO_DIR/access_log_start")
 run_log_start=$(wc -l < "$ORIGIN_ACCESS_LOG")
 
-step "generating jobs from $(grep -c . "$ORIGIN_PAGES") origin pages"
+step "generating jobs over $DEMO_JOBS of the origin's $(grep -c . "$ORIGIN_PAGES") pages"
 # Jobs name the origin "localhost" (the exits resolve it), so host-case
 # variants such as "LocalHost" exist among the duplicates.
 sed 's|^http://127\.0\.0\.1:|http://localhost:|' "$ORIGIN_PAGES" > "$DEMO_DIR/pages.txt"

@@ -3427,10 +3427,19 @@ START_TEST(test_store_outbox_unpin_old_goes_past_an_entry_without_its_body)
     ck_assert_msg(err == NULL, "%s", err ? err : "");
     raw_close(&raw);
     reopen_as("a", "r2");
-    size_t n = 0;
-    ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL, &n, g_err,
-                                            sizeof(g_err)), DD_OK);
-    ck_assert_uint_eq(n, 1);
+    /* one call may stop after the first entry: each has a wall-clock
+     * budget (STORE_UNPIN_OLD_BUDGET_MS), which a slow machine or valgrind
+     * spends on the bodiless one and its log line; the calls after it go
+     * on from there, never back to it */
+    size_t n = 0, rewritten = 0;
+    int calls = 0;
+    do {
+        ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL, &n, g_err,
+                                                sizeof(g_err)), DD_OK);
+        rewritten += n;
+        calls++;
+    } while (rewritten == 0 && calls < 3);
+    ck_assert_uint_eq(rewritten, 1); /* the second, past the first */
     ck_assert_int_eq(store_outbox_unpin_old(g_st, T0 + VAL_TTL, &n, g_err,
                                             sizeof(g_err)), DD_OK);
     ck_assert_uint_eq(n, 0); /* both unpinned */
