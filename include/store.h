@@ -620,7 +620,8 @@ dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
  *        refusing), so that they stop holding back the TTL compaction of
  *        every body written since (DESIGN.md section 4).  Cheap when there
  *        is none (one atomic read); else up to 64 entries within about 20
- *        ms, then one WAL fsync before their pins go.  An entry whose body
+ *        ms (the first one however long it takes: each call makes
+ *        progress), then one WAL fsync before their pins go.  An entry whose body
  *        is gone is logged (LOG_ERR; the replay will stop on it) and
  *        unpinned; the others go on.
  * @param rewritten  Out: entries rewritten.

@@ -1635,6 +1635,9 @@ Suite *job_suite(void)
     key_global_init();
     Suite *s = suite_create("job");
     TCase *tc = tcase_create("cases");
+    /* loops of 20,000-200,000 rounds: 2-3 s under ASan, near Check's 4 s
+     * default on a slower machine */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_job_resource_key_ignores_observation_fields);
     tcase_add_test(tc, test_job_identity_golden_values);
     tcase_add_test(tc, test_job_canonical_direct_is_the_trees);

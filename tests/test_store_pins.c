@@ -105,6 +105,9 @@ Suite *store_pins_suite(void)
 {
     Suite *s = suite_create("store_pins");
     TCase *tc = tcase_create("pins");
+    /* loops of 20,000-200,000 rounds: 2-3 s under ASan, near Check's 4 s
+     * default on a slower machine */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_store_pins_floor_is_the_oldest_pending_second);
     tcase_add_test(tc, test_store_pins_survive_a_long_run_in_about_ack_order);
     tcase_add_test(tc, test_store_pins_one_stuck_entry_does_not_grow_the_arrays);
