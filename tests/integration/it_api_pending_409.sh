@@ -23,7 +23,7 @@ source "$(dirname "$0")/lib.sh"
 pid="" cpid=""
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; [ -n "$cpid" ] && kill "$cpid" 2>/dev/null; rm -rf "$WORK"' EXIT
 export DEDUPD_FAILPOINT_API_TOPIC=$T.absent   # never created (run 1)
-WINDOW_MS=8000
+WINDOW_MS=15000
 export DEDUPD_FAILPOINT_RECEIPT_PENDING_MS=$WINDOW_MS
 now_ms() { date +%s%3N; }
 api_port() { # api_port LOG: the api listener's port, once run logged it

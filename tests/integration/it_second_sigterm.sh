@@ -55,7 +55,11 @@ ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 pid=""
 echo "exit status $rc, $ms ms after the second SIGTERM"
 grep -o '"message":"[^"]*\(second signal\|stopping\)[^"]*"' "$WORK/run1.log" || true
-(( ms <= 1000 )) || fail "dedupd took $ms ms to exit after the second SIGTERM (at most 1000): $(tail -n 5 "$WORK/run1.log")"
+# 1 s; 3 s for an ASan build (its exit scans the heap for leaks).  Either is
+# far below the 30 s grace a stop that did not hurry would take.
+max_ms=1000
+[ -z "${ASAN_OPTIONS:-}" ] || max_ms=3000
+(( ms <= max_ms )) || fail "dedupd took $ms ms to exit after the second SIGTERM (at most $max_ms): $(tail -n 5 "$WORK/run1.log")"
 ok "exited $ms ms after the second SIGTERM"
 expect_eq "$rc" 143 "exit status of a hurried stop (128 + SIGTERM)"
 wait "$cpid" || true
