@@ -74,7 +74,7 @@ for _ in $(seq 1 100); do grep -q "/slow-headers" "$WORK/slow.log" && break; sle
 grep -q "/slow-headers" "$WORK/slow.log" || fail "nothing was tested: the fetch never reached the origin"
 kill -TERM "$pid"
 seen=""
-for _ in $(seq 1 20); do
+for _ in $(seq 1 60); do # the fetch holds the stop for 4 s
   kill -0 "$pid" 2>/dev/null || break
   c=$(code "$port" /readyz)
   [ "$c" = 000 ] && break # listener closed: the process is leaving

@@ -15,7 +15,7 @@
 #     one result.
 source "$(dirname "$0")/lib.sh"
 pin_dedupd
-RA=6
+RA=10 # seconds: the kill, inspect and restart fit before not_before on a loaded machine
 
 direct_origin_setup
 export DEDUPD_FETCH__MAX_ATTEMPTS=2

@@ -90,8 +90,8 @@ expect_eq "$(socks_new | grep -F "127.0.0.1.$CLOSED " | grep -cF 'tcp/connect ]'
 
 # ---- E: the exit is healthy: plain jobs with a 5 s deadline go through at once
 for i in 1 2 3; do job "$O/ok?c=$T-e$i" "e$i" 5; done >"$WORK/e.ndjson"
-t_sub=$(date +%s%3N)
 submit "$WORK/e.ndjson" >/dev/null
+t_sub=$(date +%s%3N) # after the submit CLI's own start-up
 wait_results 5 15 || fail "E: no results in 15 s"
 for i in 1 2 3; do
   expect_eq "$(res "e$i" '"\(.outcome)/\(.status)/\(.attempts)"')" fetched/200/1 "E$i: result"
