@@ -58,14 +58,18 @@ export DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=1000
     '{job_key: $k, replayable: true, steps: [{url: ($o + "/login?k=" + $k), method: "POST", body: "user=a"}, {url: ($o + "/flaky?n=1&code=503&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}'
 } > "$WORK/jobs.B"
 k="D-$T"; jq -nc --arg o "$O" --arg k "$k" \
-  '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k)}, {url: ($o + "/flaky?n=1&code=429&ra=3&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.D"
+  '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k)}, {url: ($o + "/flaky?n=1&code=429&ra=10&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.D"
 k="G-$T"; jq -nc --arg o "$O" --arg k "$k" \
   '{job_key: $k, steps: [{url: ($o + "/login?k=" + $k), method: "POST", body: "user=a"}, {url: ($o + "/flaky?n=1&code=429&ra=2&k=" + $k)}, {url: ($o + "/account?k=" + $k)}]}' > "$WORK/jobs.G"
 mark=$(log_mark)
 total_invalid=0 total_results=0
 for b in A B D G; do
   submit "$WORK/jobs.$b" > /dev/null
-  stats=$(IDLE_MS=1500 run_until_idle)
+  # D: the waits a restart must not take (a 5 s cooldown, a 10 s
+  # Retry-After) far above the check's 4 s
+  cool=$DEDUPD_FETCH__COOLDOWN_DEFAULT_MS
+  [ "$b" != D ] || cool=5000
+  stats=$(DEDUPD_FETCH__COOLDOWN_DEFAULT_MS=$cool IDLE_MS=1500 run_until_idle)
   echo "batch $b stats: $stats"
   total_invalid=$((total_invalid + $(jq .invalid <<<"$stats")))
   total_results=$((total_results + $(jq .results <<<"$stats")))
@@ -150,7 +154,7 @@ expect_eq "$(awk '{print $4, $5}' "$WORK/D" | tr '\n' ' ')" \
 ok "D: restart on the other exit"
 # at once: not after the 429's Retry-After (3 s), nor the default cooldown (1 s)
 gap=$(( $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 3p | cut -d' ' -f1) - $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 2p | cut -d' ' -f1) ))
-[ "$gap" -lt 900 ] || fail "D: restarted $gap ms after the 429, not at once (Retry-After 3 s, default cooldown 1 s)"
+[ "$gap" -lt 4000 ] || fail "D: restarted $gap ms after the 429, not at once (Retry-After 10 s, default cooldown 5 s in this run)"
 ok "D: restarted ${gap} ms after the 429"
 expect_eq "$(jq -c '[.outcome, .restarts]' <<<"$(res D)")" '["fetched",1]' "D: result"
 
