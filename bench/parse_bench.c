@@ -114,6 +114,7 @@ int main(int argc, char **argv)
         return 1;
     }
     key_global_init();
+    job_global_init();
     size_t bad = round_all(); /* warm-up: allocator, OpenSSL, libcurl */
     double *ns = calloc((size_t)rounds, sizeof(*ns));
     if (!ns)

@@ -41,7 +41,8 @@
  * use the value trimmed of SP/HTAB.  job_key and scope are not in it (they
  * make op_id); neither are rotation, deadline_s, safe, replayable, meta.
  *
- * Call key_global_init() once before job_parse() (IDN hosts need it).
+ * Call key_global_init() once before job_parse() (IDN hosts need it), and
+ * job_global_init() (its parse arena: optional, a speed-up).
  */
 #ifndef DEDUPD_JOB_H
 #define DEDUPD_JOB_H
@@ -169,6 +170,31 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
 dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
                       const char *scope, char **out, size_t *out_len,
                       char *errstr, size_t errstr_size) DD_WUR;
+
+/**
+ * @brief Let jansson's allocations during job_parse() come from a bump arena of the calling thread (64 KB, malloc'd at
+ *        its first parse, freed when the thread ends) instead of one malloc
+ *        and free per JSON value, key and buffer: jansson frees all of them
+ *        before the parse returns, and the arena is reused once every one is
+ *        freed.  Outside a parse, on a thread not parsing, and for what does
+ *        not fit, jansson allocates with malloc(3) as before
+ *        (json_set_alloc_funcs(3), jansson's "Custom Memory Allocation").
+ *        Not installed under AddressSanitizer or valgrind, whose checks of
+ *        every jansson allocation stay as they were.  Without this call
+ *        job_parse() works the same, only slower.
+ * @locality call once, before any other thread uses jansson (main(), a
+ *           test's set-up); later calls do nothing.
+ */
+void job_global_init(void);
+
+/**
+ * @brief For tests: how many of this thread's arena allocations are not yet
+ *        freed.  0 after every job_parse() returns: a
+ *        jansson value that outlived its parse (an escape or a leak) keeps
+ *        it above 0, and the arena is then never reset under it.
+ * @locality the calling thread's own arena.
+ */
+size_t job_arena_live(void);
 
 /** @brief Free a job; job_destroy(NULL) is a no-op.
  *  @locality any thread, once nothing borrows from \p job. */

@@ -31,8 +31,9 @@
  *   "credentials" and "body_sha256" set to null and its requests in "steps";
  *   a plain job has "steps": null.  Every key is always present.
  *
- * @locality any thread, every function: reentrant, no shared state.  Callers:
- * the pipeline and the job API's thread.
+ * @locality any thread, every function: reentrant, no shared state but
+ * job_global_init's, set once before threads (each thread's parse arena is
+ * its own).  Callers: the pipeline and the job API's thread.
  */
 #include "dd.h"
 #include "job.h"
@@ -50,6 +51,124 @@
 
 #include "key.h"
 
+#include <pthread.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define JOB_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define JOB_UNDER_ASAN 1
+#endif
+#endif
+#ifndef JOB_UNDER_ASAN
+#define JOB_UNDER_ASAN 0
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#endif
+#endif
+
+/* ---- the parse arena (job_global_init) --------------------------------------
+ * json_loadb allocates each value, key, hash table and string buffer of a
+ * job on its own, and the parse frees them all before it returns (the job
+ * keeps copies): a few dozen malloc/free pairs a job, a fifth of the parse.
+ * Between arena_begin and arena_end, jansson's allocations come from this
+ * thread's bump arena; its space is reused at arena_end once every block is
+ * freed again (live == 0): a block that outlived its parse would keep the
+ * arena from being reset under it.  A free of a pointer outside this
+ * thread's arena is free(3): jansson values made with malloc (before the
+ * parse, outside it, on other threads) are freed as before.  No value of a
+ * parse leaves it (job_parse frees its trees; dump_compact's json_dumps
+ * runs outside the arena), so none is freed on another thread. */
+#define JOB_ARENA_BYTES (64 * 1024)
+
+struct job_arena {
+    char *base;   /* JOB_ARENA_BYTES, or NULL */
+    size_t used;  /* bytes handed out since the last reset */
+    size_t live;  /* blocks handed out and not freed */
+    bool active;  /* inside a parse */
+};
+
+static _Thread_local struct job_arena arena;
+static pthread_key_t arena_key; /* frees a thread's arena at its end */
+static bool arena_installed;
+
+static void *arena_malloc(size_t n)
+{
+    struct job_arena *a = &arena;
+    if (a->active && a->base) {
+        size_t need = (n + 15) & ~(size_t)15; /* max_align_t on x86-64 */
+        if (need >= n && need <= JOB_ARENA_BYTES - a->used) {
+            void *p = a->base + a->used;
+            a->used += need;
+            a->live++;
+            return p;
+        }
+    }
+    return malloc(n);
+}
+
+static void arena_free(void *p)
+{
+    struct job_arena *a = &arena;
+    if (a->base && (const char *)p >= a->base
+        && (const char *)p < a->base + JOB_ARENA_BYTES) {
+        a->live--;
+        return;
+    }
+    free(p);
+}
+
+/* pthread key destructor, on the ending thread itself */
+static void arena_thread_end(void *base)
+{
+    free(base);
+    arena.base = NULL;
+    arena.used = arena.live = 0;
+}
+
+static void arena_begin(void)
+{
+    if (!arena_installed)
+        return;
+    if (!arena.base) {
+        arena.base = malloc(JOB_ARENA_BYTES);
+        if (arena.base && pthread_setspecific(arena_key, arena.base)) {
+            free(arena.base);
+            arena.base = NULL;
+        }
+    }
+    arena.active = true;
+}
+
+static void arena_end(void)
+{
+    arena.active = false;
+    if (arena.live == 0)
+        arena.used = 0;
+}
+
+void job_global_init(void)
+{
+    /* under AddressSanitizer, its checks of each jansson block stay */
+    if (arena_installed || JOB_UNDER_ASAN)
+        return;
+#ifdef RUNNING_ON_VALGRIND
+    if (RUNNING_ON_VALGRIND)
+        return; /* so do memcheck's */
+#endif
+    if (pthread_key_create(&arena_key, arena_thread_end))
+        return; /* no arena: malloc, as without this call */
+    json_set_alloc_funcs(arena_malloc, arena_free);
+    arena_installed = true;
+}
+
+size_t job_arena_live(void)
+{
+    return arena.live;
+}
+
 /* json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0)), the same bytes
  * in one pass (jstr_dump_compact); jansson's own dump for what that leaves
  * to it (reals).  NULL when out of memory. */
@@ -58,8 +177,15 @@ static char *dump_compact(const json_t *v, bool sort)
     char *out = NULL;
     size_t len;
     dd_err_t err = jstr_dump_compact(v, sort, &out, &len);
-    if (err == DD_ERR_INVAL)
-        return json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0));
+    if (err == DD_ERR_INVAL) {
+        /* its string is the caller's to free(3): from malloc, not the
+         * parse arena */
+        bool was = arena.active;
+        arena.active = false;
+        out = json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0));
+        arena.active = was;
+        return out;
+    }
     return err ? NULL : out;
 }
 
@@ -1375,6 +1501,7 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
                       len, max);
         goto out;
     }
+    arena_begin();
     root = json_loadb(payload, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
                       &je);
     if (!root) {
@@ -1421,6 +1548,7 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
 out:
     job_destroy(job);
     json_decref(root);
+    arena_end();
     return err;
 }
 

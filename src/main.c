@@ -1184,6 +1184,7 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     key_global_init();
+    job_global_init();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     const char *cmd = argv[1];
     int rc;

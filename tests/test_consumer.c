@@ -332,6 +332,7 @@ static void identity_of(const struct cfg *cfg, const char *value,
 static void setup(void)
 {
     key_global_init();
+    job_global_init();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     snprintf(store_dir, sizeof(store_dir), "/tmp/dedupd-unit-consumer-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(store_dir));

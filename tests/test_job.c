@@ -797,6 +797,102 @@ static void assert_inside(const struct job *j, const void *p, size_t n)
                   "pointer outside the job's block");
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_JOB_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_JOB_ASAN 1
+#endif
+#endif
+#ifndef TEST_JOB_ASAN
+#define TEST_JOB_ASAN 0
+#endif
+#if defined(__has_include)
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define TEST_JOB_VALGRIND RUNNING_ON_VALGRIND
+#endif
+#endif
+#ifndef TEST_JOB_VALGRIND
+#define TEST_JOB_VALGRIND 0
+#endif
+
+/* The parse arena (job_global_init): every jansson block of a parse is
+ * freed by its end, valid or not, workflow or not, with reals in meta (the
+ * json_dumps fallback, outside the arena), and past the arena's 64 KB
+ * (malloc); the jobs stay whole after later parses reuse the arena. */
+START_TEST(test_job_parse_arena_is_empty_after_each_parse)
+{
+    json_malloc_t m = NULL;
+    json_free_t f = NULL;
+    json_get_alloc_funcs(&m, &f);
+    /* installed, unless a memory checker watches jansson's own blocks */
+    bool checked = TEST_JOB_ASAN || TEST_JOB_VALGRIND;
+    if (!checked)
+        ck_assert_msg(m != malloc && f != free, "job_global_init installed "
+                      "no arena");
+    const char *good[] = {
+        "{\"url\":\"https://example.com/a?x=1\",\"meta\":{\"n\":1,\"tags\":"
+        "[\"a\",\"b\"]}}",
+        "{\"url\":\"https://example.com/r\",\"meta\":{\"price\":1.5,\"e\":"
+        "[2.25e10,{\"z\":-0.5}]}}",
+        "{\"steps\":[{\"url\":\"https://example.com/login\",\"method\":"
+        "\"POST\",\"body\":\"u=a\"},{\"url\":\"https://example.com/b\","
+        "\"headers\":{\"Accept\":\"text/html\"}}],\"job_key\":\"k1\"}",
+    };
+    const char *bad[] = {
+        "{\"url\":\"https://example.com/\",\"job_kee\":\"x\"}",
+        "{\"url\":\"https://example.com/\",\"url\":\"https://example.com/\"}",
+        "{\"url\":\"https://example.com/\",\"meta\":[1,2,{\"a\":",
+        "[1,2,3]",
+        "{\"url\":\"ftp://example.com/\"}",
+    };
+    struct job *kept[3] = {NULL};
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++) {
+            struct job *j = parse(good[i]);
+            ck_assert_uint_eq(job_arena_live(), 0);
+            if (round == 0)
+                kept[i] = j;
+            else
+                job_destroy(j);
+        }
+        for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+            char err[DD_ERRSTR_SIZE] = "";
+            struct job *j = NULL;
+            ck_assert_int_eq(job_parse(&default_conf, bad[i], strlen(bad[i]),
+                                       &j, err, sizeof(err)),
+                             DD_ERR_PERMANENT);
+            ck_assert_ptr_null(j);
+            ck_assert_uint_eq(job_arena_live(), 0);
+        }
+    }
+    /* a job larger than the arena: its blocks past it from malloc */
+    size_t n = 200 * 1024;
+    char *big = malloc(n + 128);
+    ck_assert_ptr_nonnull(big);
+    int k = snprintf(big, 128, "{\"url\":\"https://example.com/big\",\"method\":"
+                     "\"POST\",\"body\":\"");
+    memset(big + k, 'b', n);
+    strcpy(big + k + n, "\"}");
+    struct job *j = parse(big);
+    ck_assert_uint_eq(job_arena_live(), 0);
+    ck_assert_uint_eq(j->req.body_len, n);
+    ck_assert_int_eq(j->req.body[n - 1], 'b');
+    job_destroy(j);
+    free(big);
+    /* the first round's jobs, after the arena served nine parses since */
+    ck_assert_str_eq(kept[0]->req.url, "https://example.com/a?x=1");
+    ck_assert_str_eq(kept[1]->req.url, "https://example.com/r");
+    ck_assert_str_eq(kept[1]->meta_json, "{\"price\":1.5,\"e\":[22500000000.0,"
+                     "{\"z\":-0.5}]}");
+    ck_assert_uint_eq(kept[2]->n_steps, 2);
+    ck_assert_str_eq(kept[2]->steps[1].url, "https://example.com/b");
+    for (size_t i = 0; i < 3; i++)
+        job_destroy(kept[i]);
+}
+END_TEST
+
 START_TEST(test_job_one_block)
 {
     struct job *j = parse(
@@ -1633,6 +1729,7 @@ END_TEST
 Suite *job_suite(void)
 {
     key_global_init();
+    job_global_init();
     Suite *s = suite_create("job");
     TCase *tc = tcase_create("cases");
     /* loops of 20,000-200,000 rounds: 2-3 s under ASan, near Check's 4 s
@@ -1665,6 +1762,7 @@ Suite *job_suite(void)
     tcase_add_test(tc, test_job_scheduled_for_normalized);
     tcase_add_test(tc, test_job_steps);
     tcase_add_test(tc, test_job_one_block);
+    tcase_add_test(tc, test_job_parse_arena_is_empty_after_each_parse);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("fields");
