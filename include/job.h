@@ -196,6 +196,15 @@ void job_global_init(void);
  */
 size_t job_arena_live(void);
 
+/**
+ * @brief For tests: how many blocks this thread's arena has handed out since
+ *        the thread began (0 when job_global_init did not install it, or
+ *        under AddressSanitizer or valgrind): a parse that leaves it where
+ *        it was ran on malloc alone.
+ * @locality the calling thread's own arena.
+ */
+uint64_t job_arena_served(void);
+
 /** @brief Free a job; job_destroy(NULL) is a no-op.
  *  @locality any thread, once nothing borrows from \p job. */
 void job_destroy(struct job *job);

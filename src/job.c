@@ -87,6 +87,7 @@ struct job_arena {
     char *base;   /* JOB_ARENA_BYTES, or NULL */
     size_t used;  /* bytes handed out since the last reset */
     size_t live;  /* blocks handed out and not freed */
+    uint64_t served; /* blocks handed out since the thread began */
     bool active;  /* inside a parse */
 };
 
@@ -103,6 +104,7 @@ static void *arena_malloc(size_t n)
             void *p = a->base + a->used;
             a->used += need;
             a->live++;
+            a->served++;
             return p;
         }
     }
@@ -167,6 +169,11 @@ void job_global_init(void)
 size_t job_arena_live(void)
 {
     return arena.live;
+}
+
+uint64_t job_arena_served(void)
+{
+    return arena.served;
 }
 
 /* json_dumps(v, JSON_COMPACT | (sort ? JSON_SORT_KEYS : 0)), the same bytes

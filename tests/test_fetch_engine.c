@@ -270,11 +270,21 @@ static void *accept_main(void *arg)
     }
 }
 
+/* Let every /held request answer. */
+static void gate_open(void)
+{
+    pthread_mutex_lock(&srv.lock);
+    srv.gate_is_open = true;
+    pthread_cond_broadcast(&srv.gate);
+    pthread_mutex_unlock(&srv.lock);
+}
+
 /* At exit: stop accepting, join the acceptor, let the connection threads
  * (their peers are gone once the engine is destroyed) finish, so that
  * valgrind finds no thread stack in flight. */
 static void srv_stop(void)
 {
+    gate_open(); /* a /held request a failed test left waiting */
     shutdown(srv.fd, SHUT_RDWR);
     pthread_join(srv.acceptor, NULL);
     close(srv.fd);
@@ -311,21 +321,6 @@ static void srv_start(void)
     pthread_create(&srv.acceptor, NULL, accept_main, NULL);
     atexit(srv_stop);
 }
-
-/* Let every /held request answer. */
-static void gate_open(void)
-{
-    pthread_mutex_lock(&srv.lock);
-    srv.gate_is_open = true;
-    pthread_cond_broadcast(&srv.gate);
-    pthread_mutex_unlock(&srv.lock);
-}
-
-/* A release reaches the engine while a /held transfer still runs: the test
- * opens the gate this long after fetch_release.  The engine applies what
- * was queued at the top of its loop, before it reads the sockets, so only
- * an engine thread that does not run for this long sees the answer first. */
-#define HELD_AFTER_RELEASE_US 200000
 
 static int64_t ms_now(void)
 {
@@ -687,6 +682,24 @@ static void assert_released(const struct fetch_result *r, void *opaque)
     ck_assert_str_eq(r->body_sha256, "");
 }
 
+/* Return once the engine has applied every release queued before this
+ * call: a marker op that waits (not_before in 60 s) is submitted and
+ * released, and its released result taken.  Releases apply in the order
+ * they were queued (intake), so a /held transfer released before is known
+ * released before the test lets its answer through. */
+static void releases_applied(void)
+{
+    void *marker = (void *)0x9999;
+    int64_t now = ms_now();
+    submit_op("/plain?op=marker", now + 120000, now + 60000, marker);
+    fetch_release(g_f, marker);
+    struct fetch_result *r = take_within(10000);
+    ck_assert_msg(r, "the marker's release did not come back within 10 s");
+    assert_released(r, marker);
+    ck_assert_uint_eq(r->attempts, 0);
+    fetch_result_destroy(r);
+}
+
 START_TEST(test_release_waiting_retry_after)
 {
     /* (1) a 429 with Retry-After: 30 is waited out (one session); the
@@ -794,7 +807,7 @@ START_TEST(test_done_hook)
     submit_op("/held?op=dh1", ms_now() + 10000, 0, a);
     wait_log("GET /held?op=dh1", 1); /* a's transfer is in progress */
     fetch_release(g_f, a);
-    usleep(HELD_AFTER_RELEASE_US);
+    releases_applied();
     gate_open();
     struct fetch_result *ra = wait_one();
     ck_assert_ptr_eq(ra->opaque, a);
@@ -829,7 +842,7 @@ START_TEST(test_release_running_retryable)
     submit_op("/held/flaky?op=rel3", ms_now() + 10000, 0, op);
     wait_log("GET /held/flaky?op=rel3", 1);
     fetch_release(g_f, op);
-    usleep(HELD_AFTER_RELEASE_US);
+    releases_applied();
     gate_open();
     struct fetch_result *r = wait_one();
     assert_released(r, op);
@@ -916,7 +929,7 @@ START_TEST(test_release_workflow_between_steps)
     submit_wf(p, NULL, 2, true, false, op);
     wait_log("GET /held?op=rel5a", 1);
     fetch_release(g_f, op);
-    usleep(HELD_AFTER_RELEASE_US);
+    releases_applied();
     gate_open();
     struct fetch_result *r = wait_one();
     assert_released(r, op);

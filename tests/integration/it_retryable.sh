@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The retryable state across a crash (DESIGN.md section 4, issue 3).
 #
-# One job whose origin answers 429 with Retry-After: 6, fetched direct (one
-# session, so the op has to wait the 6 s out).  dedupd is killed with SIGKILL
+# One job whose origin answers 429 with Retry-After: $RA (10), fetched direct
+# (one session, so the op has to wait the 10 s out).  dedupd is killed with SIGKILL
 # while the op waits.  Then:
 #   - while it waits, GET /v1/ops/{op_id} shows it retryable; after the kill
-#     `dedupd inspect --json` shows the op retryable, its not_before about 6 s
+#     `dedupd inspect --json` shows the op retryable, its not_before about 10 s
 #     after the 429, one attempt recorded (status 429, category throttled);
 #   - the restarted dedupd reclaims the op (generation 2) and sends its next
 #     request no earlier than not_before (the origin's log says when), although

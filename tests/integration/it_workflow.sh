@@ -152,7 +152,7 @@ expect_eq "$(awk '{print $4, $5}' "$WORK/D" | tr '\n' ' ')" \
   "/login 200 /flaky 429 /login 200 /flaky 200 /account 200 " "D: origin saw login, 429, restart"
 [ "$(sed -n 2p "$WORK/D" | cut -d' ' -f1)" != "$(sed -n 3p "$WORK/D" | cut -d' ' -f1)" ] || fail "D: restart on the same exit"
 ok "D: restart on the other exit"
-# at once: not after the 429's Retry-After (3 s), nor the default cooldown (1 s)
+# at once: not after the 429's Retry-After (10 s), nor the default cooldown (5 s in this run)
 gap=$(( $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 3p | cut -d' ' -f1) - $(grep -F "k=D-$T" "$ORIGIN_LOG" | sed -n 2p | cut -d' ' -f1) ))
 [ "$gap" -lt 4000 ] || fail "D: restarted $gap ms after the 429, not at once (Retry-After 10 s, default cooldown 5 s in this run)"
 ok "D: restarted ${gap} ms after the 429"
