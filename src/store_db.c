@@ -327,6 +327,14 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->body_opts, 0);
     s->outbox_opts = rocksdb_options_create_copy(s->opts);
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->outbox_opts, 0);
+    /* Nor where no point read happens at all: attempts (read by prefix
+     * iteration), default (unused) and meta (a few keys, read at open and
+     * per checkpoint).  Each bloom is 3.2 MB of RSS from the open on,
+     * zeroed again at every memtable switch (attempts: every completion
+     * batch writes there). */
+    s->ttl_nobloom_opts = rocksdb_options_create_copy(s->ttl_opts);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->ttl_nobloom_opts,
+                                                         0);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
@@ -346,9 +354,11 @@ static const rocksdb_options_t *cf_opts(const struct store *s, int i)
 {
     if (i == CF_BODIES)
         return s->body_opts;
-    if (i == CF_OUTBOX)
+    if (i == CF_OUTBOX || i == CF_DEFAULT || i == CF_META)
         return s->outbox_opts;
-    if (i == CF_OPS || i == CF_ATTEMPTS || i == CF_CONFLICTS || i == CF_SEEN
+    if (i == CF_ATTEMPTS)
+        return s->ttl_nobloom_opts;
+    if (i == CF_OPS || i == CF_CONFLICTS || i == CF_SEEN
         || i == CF_RECEIPTS || i == CF_VALIDATORS)
         return s->ttl_opts;
     return s->opts;
@@ -905,6 +915,8 @@ static void close_db(struct store *s)
         rocksdb_close(s->db);
     if (s->ttl_opts)
         rocksdb_options_destroy(s->ttl_opts);
+    if (s->ttl_nobloom_opts)
+        rocksdb_options_destroy(s->ttl_nobloom_opts);
     if (s->body_opts)
         rocksdb_options_destroy(s->body_opts);
     if (s->outbox_opts)

@@ -97,14 +97,17 @@ struct store_filter {
 
 struct store {
     rocksdb_t *db;
-    rocksdb_options_t *opts;     /* DB options; default, outbox, meta CFs */
+    rocksdb_options_t *opts;     /* DB options (and unknown CFs') */
     rocksdb_options_t *ttl_opts; /* expiring CFs (is_ttl_cf): + TTL filter */
+    rocksdb_options_t *ttl_nobloom_opts; /* CF attempts: + TTL filter, no
+                                            memtable bloom */
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
     rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter,
                                      no memtable bloom */
-    rocksdb_options_t *outbox_opts; /* CF outbox: no memtable bloom */
+    rocksdb_options_t *outbox_opts; /* CFs outbox, default, meta: no
+                                       memtable bloom */
     rocksdb_compactionfilter_t *body_filter;
     struct store_filter filter_state, body_filter_state;
     rocksdb_readoptions_t *ropts;
