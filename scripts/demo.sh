@@ -51,6 +51,8 @@ if [ ! -d "$DEMO_DIR/store" ]; then
   # Its own consumer group, so its own changelog: the dedup record of an
   # earlier demo on this stack (which outlives any store) is not this one's.
   echo "demo-$(date +%s)" > "$DEMO_DIR/group"
+  # and its token in every URL it submits (below)
+  cp "$DEMO_DIR/group" "$DEMO_DIR/token"
 fi
 if [ -f "$DEMO_DIR/group" ]; then
   # and its own topics, so its counts are this demo's alone
@@ -67,7 +69,15 @@ step "generating jobs over $DEMO_JOBS of the origin's $(grep -c . "$ORIGIN_PAGES
 # Jobs name the origin "localhost" (the exits resolve it), so host-case
 # variants such as "LocalHost" exist among the duplicates.
 sed 's|^http://127\.0\.0\.1:|http://localhost:|' "$ORIGIN_PAGES" > "$DEMO_DIR/pages.txt"
-./scripts/gen-jobs.sh "$DEMO_DIR/pages.txt" "$DEMO_JOBS" > "$DEMO_DIR/jobs.ndjson"
+# Every URL carries this demo's token (its group, fixed with its store): the
+# origin's log then tells its fetches from those of another checkout's demo
+# or of the tests' smoke run, which share the stack and the pages.  A demo
+# state from before the token keeps its URLs (new ones would conflict with
+# its job_keys).
+demo_token=$(cat "$DEMO_DIR/token" 2>/dev/null || true)
+mark=src=demo${demo_token:+&d=$demo_token}
+./scripts/gen-jobs.sh "$DEMO_DIR/pages.txt" "$DEMO_JOBS" \
+  | sed "s/src=demo/${mark//&/\\&}/g" > "$DEMO_DIR/jobs.ndjson"
 jobs_submitted=$(wc -l < "$DEMO_DIR/jobs.ndjson")
 
 step "submitting $jobs_submitted jobs to $KAFKA_BOOTSTRAP"
@@ -99,13 +109,13 @@ fetched_ok=$(jq -r 'select(.outcome == "fetched") | .event_key' "$DEMO_DIR/resul
 # Origin side, from nginx's access log: successful answers to the demo's pages
 # (since the demo's store was created, and in this run), and 429s in this run.
 origin_fetches=$(tail -n +"$((log_start + 1))" "$ORIGIN_ACCESS_LOG" \
-  | awk '$0 ~ /src=demo/ && $(NF-1) == 200' | wc -l)
+  | awk -v t="$mark" 'index($0, t) && $(NF-1) == 200' | wc -l)
 new_origin_fetches=$(tail -n +"$((run_log_start + 1))" "$ORIGIN_ACCESS_LOG" \
-  | awk '$0 ~ /src=demo/ && $(NF-1) == 200' | wc -l)
+  | awk -v t="$mark" 'index($0, t) && $(NF-1) == 200' | wc -l)
 throttled=$(tail -n +"$((run_log_start + 1))" "$ORIGIN_ACCESS_LOG" \
-  | awk '$0 ~ /src=demo/ && $(NF-1) == 429' | wc -l)
+  | awk -v t="$mark" 'index($0, t) && $(NF-1) == 429' | wc -l)
 by_exit=$(tail -n +"$((run_log_start + 1))" "$ORIGIN_ACCESS_LOG" \
-  | awk '$0 ~ /src=demo/ {n[$1" "$(NF-1)]++} END {for (k in n) printf "%s=%d ", k, n[k]}')
+  | awk -v t="$mark" 'index($0, t) {n[$1" "$(NF-1)]++} END {for (k in n) printf "%s=%d ", k, n[k]}')
 
 st=$DEMO_DIR/stats.json
 dlq=$(jq .invalid "$st")
