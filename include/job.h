@@ -172,8 +172,9 @@ dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
                       char *errstr, size_t errstr_size) DD_WUR;
 
 /**
- * @brief Let jansson's allocations during job_parse() come from a bump arena of the calling thread (64 KB, malloc'd at
- *        its first parse, freed when the thread ends) instead of one malloc
+ * @brief Let jansson's allocations during job_parse() come from a bump arena
+ *        of the calling thread (64 KB, malloc'd at its first parse, freed
+ *        when the thread ends) instead of one malloc
  *        and free per JSON value, key and buffer: jansson frees all of them
  *        before the parse returns, and the arena is reused once every one is
  *        freed.  Outside a parse, on a thread not parsing, and for what does

@@ -621,9 +621,9 @@ dd_err_t store_outbox_foreach(struct store *store, store_outbox_cb *cb,
  *        every body written since (DESIGN.md section 4).  Cheap when there
  *        is none (one atomic read); else up to 64 entries within about 20
  *        ms (the first one however long it takes: each call makes
- *        progress), then one WAL fsync before their pins go.  An entry whose body
- *        is gone is logged (LOG_ERR; the replay will stop on it) and
- *        unpinned; the others go on.
+ *        progress), then one WAL fsync before their pins go.  An entry
+ *        whose body is gone is logged (LOG_ERR; the replay will stop on it)
+ *        and unpinned; the others go on.
  * @param rewritten  Out: entries rewritten.
  * @returns DD_OK; DD_ERR_IO (a read or write failed, or the WAL cannot be
  *          synced: an earlier fsync failed, store_sync_failed(); the pins

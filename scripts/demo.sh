@@ -75,9 +75,8 @@ sed 's|^http://127\.0\.0\.1:|http://localhost:|' "$ORIGIN_PAGES" > "$DEMO_DIR/pa
 # state from before the token keeps its URLs (new ones would conflict with
 # its job_keys).
 demo_token=$(cat "$DEMO_DIR/token" 2>/dev/null || true)
-mark=src=demo${demo_token:+&d=$demo_token}
-./scripts/gen-jobs.sh "$DEMO_DIR/pages.txt" "$DEMO_JOBS" \
-  | sed "s/src=demo/${mark//&/\\&}/g" > "$DEMO_DIR/jobs.ndjson"
+mark=src=demo${demo_token:+&t=$demo_token}
+./scripts/gen-jobs.sh "$DEMO_DIR/pages.txt" "$DEMO_JOBS" "$demo_token" > "$DEMO_DIR/jobs.ndjson"
 jobs_submitted=$(wc -l < "$DEMO_DIR/jobs.ndjson")
 
 step "submitting $jobs_submitted jobs to $KAFKA_BOOTSTRAP"

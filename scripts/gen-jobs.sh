@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Writes the demo's jobs as NDJSON on stdout, from the origin's page list:
-#   gen-jobs.sh PAGES_FILE [LOGICAL_JOBS]
+#   gen-jobs.sh PAGES_FILE [LOGICAL_JOBS] [TAG]
 # Deterministic (same input, same output), so a re-run re-submits the same jobs.
+# With TAG ([A-Za-z0-9._-]), every URL's src=demo becomes src=demo&t=TAG, so
+# that the origin's log tells one run's requests from another's on a shared
+# stack (the demo's, the smoke run's).
 # Each logical job is one page of its own (?src=demo&lang=en added); 60% of them
 # get a duplicate and 30% a second one, in URL forms that normalize alike:
 # re-sent copies, scheme and host case, parameter order, a fragment,
@@ -11,6 +14,8 @@
 set -euo pipefail
 pages=$1
 want=${2:-1100}
+tag=${3:-}
+[[ $tag =~ ^[A-Za-z0-9._-]*$ ]] || { echo "gen-jobs.sh: TAG must be [A-Za-z0-9._-]: $tag" >&2; exit 2; }
 awk -v n="$want" '/\.html$/ && k++ < n' "$pages" | awk '
 function job(u, i,   k) {
   if (i % 4 == 0)
@@ -53,4 +58,4 @@ END {
   print "{\"url\":\"http://127.0.0.1/\",\"parser_version\":\"two\"}"
   print "{\"url\":\"http://127.0.0.1/\",\"scope\":\"has space\",\"job_key\":\"k\"}"
 }' | awk 'BEGIN{srand(42)} /^LAST\t/ {print "2\t" substr($0, 6); next} {printf "1%.8f\t%s\n", rand(), $0}' \
-  | sort -s -k1,1 | cut -f2-
+  | sort -s -k1,1 | cut -f2- | sed "s/src=demo/src=demo${tag:+\\&t=$tag}/g"

@@ -127,7 +127,7 @@ say "topics $T.{jobs,results,conflicts,dlq} created by dedupd topics in $(since 
 
 # The demo's jobs over SMOKE_JOBS pages, tagged so that the origin's log tells
 # this run's requests (t=$T, as lib.sh's log_since expects).
-"$root/scripts/gen-jobs.sh" "$ORIGIN_PAGES" "$SMOKE_JOBS" | sed "s/src=demo/src=demo\&t=$T/g" >"$WORK/jobs.ndjson"
+"$root/scripts/gen-jobs.sh" "$ORIGIN_PAGES" "$SMOKE_JOBS" "$T" >"$WORK/jobs.ndjson"
 jobs_submitted=$(wc -l <"$WORK/jobs.ndjson")
 mark=$(log_mark)
 t=$(date +%s.%N)

@@ -114,8 +114,8 @@ static void *arena_malloc(size_t n)
 static void arena_free(void *p)
 {
     struct job_arena *a = &arena;
-    if (a->base && (const char *)p >= a->base
-        && (const char *)p < a->base + JOB_ARENA_BYTES) {
+    /* as integers: p and the arena may be two objects (C11 6.5.8) */
+    if (a->base && (uintptr_t)p - (uintptr_t)a->base < JOB_ARENA_BYTES) {
         a->live--;
         return;
     }

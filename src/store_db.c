@@ -325,8 +325,8 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * memtable switch, and the bodies' memtable (14 KB pages) switches
      * most often: 2% of the pipeline thread on fetched pages (issue 13). */
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->body_opts, 0);
-    s->outbox_opts = rocksdb_options_create_copy(s->opts);
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->outbox_opts, 0);
+    s->nobloom_opts = rocksdb_options_create_copy(s->opts);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->nobloom_opts, 0);
     /* Nor where no point read happens at all: attempts (read by prefix
      * iteration), default (unused) and meta (a few keys, read at open and
      * per checkpoint).  Each bloom is 3.2 MB of RSS from the open on,
@@ -355,7 +355,7 @@ static const rocksdb_options_t *cf_opts(const struct store *s, int i)
     if (i == CF_BODIES)
         return s->body_opts;
     if (i == CF_OUTBOX || i == CF_DEFAULT || i == CF_META)
-        return s->outbox_opts;
+        return s->nobloom_opts;
     if (i == CF_ATTEMPTS)
         return s->ttl_nobloom_opts;
     if (i == CF_OPS || i == CF_CONFLICTS || i == CF_SEEN
@@ -919,8 +919,8 @@ static void close_db(struct store *s)
         rocksdb_options_destroy(s->ttl_nobloom_opts);
     if (s->body_opts)
         rocksdb_options_destroy(s->body_opts);
-    if (s->outbox_opts)
-        rocksdb_options_destroy(s->outbox_opts);
+    if (s->nobloom_opts)
+        rocksdb_options_destroy(s->nobloom_opts);
     if (s->opts)
         rocksdb_options_destroy(s->opts);
     if (s->filter)

@@ -106,7 +106,7 @@ struct store {
     rocksdb_compactionfilter_t *filter;
     rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter,
                                      no memtable bloom */
-    rocksdb_options_t *outbox_opts; /* CFs outbox, default, meta: no
+    rocksdb_options_t *nobloom_opts; /* CFs outbox, default, meta: no
                                        memtable bloom */
     rocksdb_compactionfilter_t *body_filter;
     struct store_filter filter_state, body_filter_state;
