@@ -92,6 +92,22 @@ static void sbuf_putn(struct sbuf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
+/* Room for \p n more bytes (and the NUL) in one allocation: the buffers of
+ * a normalization are sized from their input up front, so a URL costs one
+ * allocation a buffer where doubling from 64 bytes took two or three. */
+static void sbuf_reserve(struct sbuf *b, size_t n)
+{
+    if (b->oom || b->len + n + 1 <= b->cap)
+        return;
+    char *p = realloc(b->p, b->len + n + 1);
+    if (!p) {
+        b->oom = true;
+        return;
+    }
+    b->p = p;
+    b->cap = b->len + n + 1;
+}
+
 static void sbuf_puts(struct sbuf *b, const char *s)
 {
     sbuf_putn(b, s, strlen(s));
@@ -122,12 +138,22 @@ static bool is_unreserved(unsigned char c)
 }
 
 /* Bytes that may not appear raw in a URI path or query (RFC 3986 3.3, 3.4):
- * everything outside unreserved / sub-delims / ":" "@" "/" "?" and '%'. */
+ * everything outside unreserved / sub-delims / ":" "@" "/" "?" and '%'.
+ * One bit a byte, built from that rule once (a strchr a byte was a tenth of
+ * the normalization). */
+static uint64_t must_encode_bits[4];
+static pthread_once_t must_encode_once = PTHREAD_ONCE_INIT;
+
+static void must_encode_init(void)
+{
+    for (unsigned c = 0; c < 256; c++)
+        if (c <= 0x20 || c >= 0x7f || strchr("\"<>\\^`{|}#[]", (int)c))
+            must_encode_bits[c >> 6] |= UINT64_C(1) << (c & 63);
+}
+
 static bool must_encode(unsigned char c)
 {
-    if (c <= 0x20 || c >= 0x7f)
-        return true;
-    return strchr("\"<>\\^`{|}#[]", c) != NULL;
+    return (must_encode_bits[c >> 6] >> (c & 63)) & 1;
 }
 
 static void put_escape(struct sbuf *b, unsigned char c)
@@ -137,10 +163,23 @@ static void put_escape(struct sbuf *b, unsigned char c)
     sbuf_putn(b, e, 3);
 }
 
-/* Step 2 (and the hex case of step 1) on a path or a query. */
+/* Step 2 (and the hex case of step 1) on a path or a query; the bytes kept
+ * as they are go out a run at a time. */
 static void pct_normalize(struct sbuf *b, const char *s)
 {
+    pthread_once(&must_encode_once, must_encode_init);
+    size_t len = strlen(s);
+    sbuf_reserve(b, len);
     for (size_t i = 0; s[i]; i++) {
+        size_t run = i;
+        while (s[run] && s[run] != '%' && !must_encode((unsigned char)s[run]))
+            run++;
+        if (run > i) {
+            sbuf_putn(b, s + i, run - i);
+            i = run;
+            if (!s[i])
+                break;
+        }
         unsigned char c = (unsigned char)s[i];
         if (c == '%') {
             int hi = hexval((unsigned char)s[i + 1]);
@@ -177,6 +216,7 @@ static void drop_last_segment(struct sbuf *out)
 /* RFC 3986 5.2.4 remove_dot_segments, \p in NUL-terminated. */
 static void remove_dot_segments(struct sbuf *out, const char *in)
 {
+    sbuf_reserve(out, strlen(in));
     while (*in) {
         if (strncmp(in, "../", 3) == 0) {
             in += 3;                                    /* A */
@@ -622,6 +662,12 @@ static dd_err_t url_assemble(struct url_parts *u, char **out, char *errstr,
     dd_err_t err;
     for (char *p = u->scheme; *p; p++)
         *p = (char)tolower((unsigned char)*p);
+    /* the normalized path and query are about as long as curl's (longer by
+     * what an escape adds: then one more allocation) */
+    sbuf_reserve(&res, strlen(u->scheme) + 4 + strlen(u->host)
+                           + (u->port ? strlen(u->port) : 0)
+                           + strlen(u->path)
+                           + (u->query ? strlen(u->query) + 1 : 0));
     sbuf_puts(&res, u->scheme);
     sbuf_puts(&res, "://");
     sbuf_puts(&res, u->host);

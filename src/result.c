@@ -170,7 +170,13 @@ static dd_err_t shadow_encode(const struct job *job, uint64_t generation,
         room += strs[i] ? 6 * strlen(strs[i]) + 2 : 4;
     if (job->meta_json && strstr(job->meta_json, "\\u0000"))
         return DD_ERR_INVAL;
-    char *b = malloc(room), *w = b;
+    /* written on the stack when it fits, then copied to a block of its
+     * size: the worst case (6 bytes a character) is about 2 KB, and each
+     * glibc request of 1 KB or more (a large bin's) first merges every
+     * freed fast-bin block (malloc_consolidate; with the malloc, 1.5% of
+     * a shadow run's samples) */
+    char stack[2048];
+    char *b = room <= sizeof(stack) ? stack : malloc(room), *w = b;
     if (!b)
         return DD_ERR_NOMEM;
     static const char *const names[5] = {"{\"event_key\":", ",\"op_id\":",
@@ -211,11 +217,19 @@ static dd_err_t shadow_encode(const struct job *job, uint64_t generation,
         w += sizeof(tail) - 1;
     }
     if (!w || (size_t)(w - b) > max_bytes) {
-        free(b);
+        if (b != stack)
+            free(b);
         return DD_ERR_INVAL;
     }
+    size_t n = (size_t)(w - b);
+    if (b == stack) {
+        b = malloc(n + 1);
+        if (!b)
+            return DD_ERR_NOMEM;
+        memcpy(b, stack, n + 1);
+    }
     *out = b;
-    *out_len = (size_t)(w - b);
+    *out_len = n;
     return DD_OK;
 }
 

@@ -865,16 +865,21 @@ static void complete_batch_prepare(struct store *s,
     }
 }
 
-/* Is request i's op_id one an earlier request of the batch completes? */
+/* Is request i's op_id one an earlier request of the batch completes?  The
+ * requests are staged in op_id order with equal op_ids in batch order
+ * (batch_read_cmp), so the earlier ones of its op_id were staged just before
+ * it: \p last is the last request staged without an error so far
+ * (BATCH_NONE: none), the only one that can share its op_id.  One compare
+ * per request, where a scan of the earlier ones was quadratic in the batch
+ * (0.85% of a shadow run's samples at a few thousand a batch). */
 static bool complete_batch_repeated(const struct store_complete_req *reqs,
-                                    const struct complete_batch *cb, size_t i)
+                                    const struct complete_batch *cb, size_t i,
+                                    uint32_t last)
 {
-    for (size_t j = 0; j < i; j++)
-        if (!reqs[j].err && cb->keys[j].k0 == cb->keys[i].k0
-            && cb->keys[j].k1 == cb->keys[i].k1
-            && strcmp(reqs[j].op_id, reqs[i].op_id) == 0)
-            return true;
-    return false;
+    return last != UINT32_MAX && !reqs[last].err
+           && cb->keys[last].k0 == cb->keys[i].k0
+           && cb->keys[last].k1 == cb->keys[i].k1
+           && strcmp(reqs[last].op_id, reqs[i].op_id) == 0;
 }
 
 /* Does request i put its body, or did an earlier request of the batch put
@@ -911,11 +916,12 @@ static size_t complete_batch_stage(struct store *s,
                                                  (uint32_t)i};
     qsort(cb->order, m, sizeof(*cb->order), batch_read_cmp);
     int64_t body_now = store_body_clock(s, now_ms);
+    uint32_t last = UINT32_MAX; /* the last request staged standing */
     for (size_t x = 0; x < m; x++) {
         size_t i = cb->order[x].u;
         struct store_complete_req *r = &reqs[i];
         /* a repeated op_id: the first completion fences the later ones */
-        if (complete_batch_repeated(reqs, cb, i)) {
+        if (complete_batch_repeated(reqs, cb, i, last)) {
             dd_errstr_set(r->errstr, sizeof(r->errstr),
                           "store_complete_batch(%.64s): completed twice in "
                           "one batch",
@@ -945,6 +951,7 @@ static size_t complete_batch_stage(struct store *s,
         attempts_stage(s, wb, r->op_id, r->attempt_log, r->n_attempt_log,
                        now_ms);
         staged++;
+        last = (uint32_t)i;
     }
     /* validators and bodies once every fence is known: a body goes in with
      * the first request (in batch order) still standing that names it */

@@ -1989,6 +1989,67 @@ START_TEST(test_store_complete_batch_one_write_fences_each_op_alone)
 }
 END_TEST
 
+/* An op_id repeated in one batch, its copies apart and among others: the
+ * first copy in batch order that stands is written, every later one is
+ * refused; a fenced first copy does not fence a later one. */
+START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
+{
+    struct store_op op;
+    ck_assert_int_eq(claim("rep-x", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("rep-a", H1, T0, &op), STORE_CLAIM_NEW);
+    ck_assert_int_eq(claim("rep-z", H2, T0, &op), STORE_CLAIM_NEW);
+    struct store_complete_req r[7] = {
+        {.op_id = "rep-z", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "Z1", .value_len = 2},
+        /* stale: fenced, and so not the copy that fences the next ones */
+        {.op_id = "rep-x", .generation = 9, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "X1", .value_len = 2},
+        {.op_id = "rep-a", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "A1", .value_len = 2},
+        {.op_id = "rep-x", .generation = 1, .state = STORE_OP_FAILED,
+         .category = "timeout", .attempts = 2, .value = "X2",
+         .value_len = 2},
+        {.op_id = "rep-z", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "Z2", .value_len = 2},
+        {.op_id = "rep-x", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 3, .value = "X3", .value_len = 2},
+        {.op_id = "rep-z", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "Z3", .value_len = 2},
+    };
+    ck_assert_int_eq(store_complete_batch(g_st, r, 7, T0 + 10, g_err,
+                                          sizeof(g_err)),
+                     DD_OK);
+    const dd_err_t want[7] = {DD_OK, DD_ERR_STATE, DD_OK, DD_OK,
+                              DD_ERR_STATE, DD_ERR_STATE, DD_ERR_STATE};
+    for (size_t i = 0; i < 7; i++)
+        ck_assert_msg(r[i].err == want[i], "request %zu: err %d, want %d",
+                      i, (int)r[i].err, (int)want[i]);
+    ck_assert_str_eq(r[1].errstr, "store_complete_batch(rep-x): stale "
+                                  "generation 9, current 1");
+    ck_assert_str_eq(r[4].errstr, "store_complete_batch(rep-z): completed "
+                                  "twice in one batch");
+    ck_assert_str_eq(r[5].errstr, "store_complete_batch(rep-x): completed "
+                                  "twice in one batch");
+    ck_assert_uint_eq(r[4].seq, 0);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 3);
+    ck_assert(get("rep-x", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_FAILED);
+    ck_assert_uint_eq(op.attempts, 2);
+    ck_assert(get("rep-z", T0 + 10, &op));
+    ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
+    struct collect c;
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, 3);
+    /* the outbox in staging (op_id) order; the values the first copies' */
+    ck_assert_str_eq(c.e[0].op_id, "rep-a");
+    ck_assert_str_eq(c.e[0].value, "A1");
+    ck_assert_str_eq(c.e[1].op_id, "rep-x");
+    ck_assert_str_eq(c.e[1].value, "X2");
+    ck_assert_str_eq(c.e[2].op_id, "rep-z");
+    ck_assert_str_eq(c.e[2].value, "Z1");
+}
+END_TEST
+
 START_TEST(test_store_attempts_put_rejects_number_0_and_bad_op_id)
 {
     struct store_attempt a = attempt(0, 200, "", "");
@@ -3798,6 +3859,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_complete_twice_is_state_error);
     tcase_add_test(tc, test_store_complete_rejects_non_final_state);
     tcase_add_test(tc, test_store_complete_batch_one_write_fences_each_op_alone);
+    tcase_add_test(tc, test_store_complete_batch_repeated_op_first_standing_wins);
     tcase_add_test(tc, test_store_lease_renew_extends_and_fences);
     tcase_add_test(tc, test_store_retryable_transitions_and_illegal_ones);
     tcase_add_test(tc, test_store_retryable_fails_from_wait_and_fences_others);
