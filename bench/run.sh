@@ -11,7 +11,9 @@
 #   1   replay storm: N jobs already complete in the store are delivered again
 #       (produced again by `dedupd submit`, so they carry the dedupd-op-id /
 #       dedupd-request-hash headers): dedupd run --shadow decisions/s vs
-#       raw_consumer draining the same topic.  Target 0.6.
+#       raw_consumer draining the same topic, medians of BENCH_ROUNDS1 (3)
+#       rounds in alternating order, each on a fresh copy of the jobs.
+#       Target 0.6.
 #   1b  the same replay produced by `kcat -P` (no headers: every copy takes
 #       the full parse path).  Also: submit vs kcat -P produce rates.
 #   2a  new-claim path: N new jobs fetched from the local nginx origin
@@ -62,7 +64,7 @@
 # (The new-claim path runs at a few hundred jobs/s here: see the note of
 # issue 6; the sizes keep the full run under 20 minutes.)  Override with BENCH_N1, BENCH_N2,
 # BENCH_N3, BENCH_N6, BENCH_N7, BENCH_STORE_SIZES, BENCH_STORE_DUPS, BENCH_LAT_RATE,
-# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS, BENCH_NP, BENCH_PEER_ROUNDS (BENCH_KSTREAMS_PEER:
+# BENCH_LAT_SECONDS, BENCH_LAT2_SECONDS, BENCH_NP, BENCH_ROUNDS1, BENCH_PEER_ROUNDS (BENCH_KSTREAMS_PEER:
 # another bench/peers/kstreams/run.sh; BENCH_PEER_REDIS_PORT: the first port tried);
 # BENCH_IDLE_MS (1500) is the idle time after which a scenario's `dedupd run` exits.
 #
@@ -106,6 +108,7 @@ fi
 LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
 PEER_ROUNDS=${BENCH_PEER_ROUNDS:-3}
+ROUNDS1=${BENCH_ROUNDS1:-3}
 PEER_IDLE_MS=5000
 PARTS=4
 IDLE_MS=${BENCH_IDLE_MS:-1500} # how long a `dedupd run` stays idle (all at the end, nothing in flight) before it exits
@@ -267,22 +270,41 @@ s1() {
   log "1: kcat -P in $kc s; setup pass (shadow, sync off, 20000 in flight: completes the ops)"
   setup=$(DEDUPD_STORE__SYNC=false DEDUPD_FETCH__MAX_INFLIGHT=20000 run_dd "$d/setup.log" --shadow)
   [ "$(jget .new "$setup")" = "$N1" ] || die "setup pass: expected $N1 new ops, got: $setup"
-  log "1: replay: submit again"
-  sub2=$(submit "$d/jobs.ndjson" "$d/submit.log")
-  replay=$(run_dd "$d/replay.log" --shadow)
-  [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
-  rawj=$(raw_drain "$t.jobs")
-  local sr kr
+  # BENCH_ROUNDS1 rounds (3): each submits the jobs again, replays them (the
+  # group's committed offsets stop before the new copies) and drains the whole
+  # topic raw, in alternating order; the row takes the medians (one round
+  # of each moved the ratio from 0.46 to 1.01 between sessions)
+  local r sub2 replay rawj reps=() raws=() rr rw
+  for ((r = 1; r <= ROUNDS1; r++)); do
+    log "1: round $r: submit again, replay, raw drain"
+    sub2=$(submit "$d/jobs.ndjson" "$d/submit.log")
+    if [ $((r % 2)) = 1 ]; then
+      replay=$(run_dd "$d/replay.log" --shadow); rawj=$(raw_drain "$t.jobs")
+    else
+      rawj=$(raw_drain "$t.jobs"); replay=$(run_dd "$d/replay.log" --shadow)
+    fi
+    [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
+    reps+=("$replay"); raws+=("$rawj")
+  done
+  median_of() { jq -s 'map(.messages_per_second) | sort | .[(length - 1) / 2 | floor]'; }
+  rr=$(printf '%s\n' "${reps[@]}" | median_of); rw=$(printf '%s\n' "${raws[@]}" | median_of)
+  replay=$(printf '%s\n' "${reps[@]}" | jq -sc --argjson m "$rr" 'map(select(.messages_per_second == $m)) | .[0]')
+  rawj=$(printf '%s\n' "${raws[@]}" | jq -sc --argjson m "$rw" 'map(select(.messages_per_second == $m)) | .[0]')
+  local sr kr all_rep all_raw
+  all_rep=$(printf '%s\n' "${reps[@]}" | jq -sr 'map(.messages_per_second | round | tostring) | join(" / ")')
+  all_raw=$(printf '%s\n' "${raws[@]}" | jq -sr 'map(.messages_per_second | round | tostring) | join(" / ")')
   sr=$(echo "$N1 / $sub1" | bc -l); kr=$(echo "$N1 / $kc" | bc -l)
   row 1 "replay storm: complete jobs redelivered (submit-tagged: fast path)" \
-    "$(jget .messages_per_second "$replay")" "$(jget .messages_per_second "$rawj")" up 0.6 \
-    "$(fmt "$(jget .messages_per_second "$replay")") decisions/s (fast path $(jget .fast_path "$replay")/$N1)" \
-    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer ($(jget .messages "$rawj") msgs)" \
+    "$rr" "$rw" up 0.6 \
+    "$(fmt "$rr") decisions/s median of $ROUNDS1 ($all_rep; fast path $(jget .fast_path "$replay")/$N1)" \
+    "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($all_raw; the median round read $(jget .messages "$rawj") msgs)" \
     "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS \
         --argjson sr "$(fmt "$sr")" --argjson kr "$(fmt "$kr")" --argjson s2 "$(fmt "$(echo "$N1 / $sub2" | bc -l)")" \
         '{jobs: $n, job_bytes: $jb, partitions: $p, mode: "run --shadow (own store/group/topics)",
           produce_submit_per_s: $sr, produce_submit_again_per_s: $s2, produce_kcat_per_s: $kr}')" \
-    "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" '{setup: $a, replay: $b, raw: $c}')"
+    "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" \
+        --argjson rs "$(printf '%s\n' "${reps[@]}" | jq -sc .)" --argjson ws "$(printf '%s\n' "${raws[@]}" | jq -sc .)" \
+        '{setup: $a, replay: $b, raw: $c, replays: $rs, raws: $ws}')"
   log "1b: replay of the kcat -P copies (no headers)"
   rep_b=$(DEDUPD_TOPICS__JOBS=$t.kcat DEDUPD_CONSUMER__GROUP_ID=$t.kcat run_dd "$d/replay_b.log" --shadow)
   [ "$(jget .duplicates "$rep_b")" = "$N1" ] || die "1b replay: expected $N1 duplicates, got: $rep_b"
@@ -603,12 +625,24 @@ free_port() { # free_port FROM: the first port from FROM no one listens on (127.
   echo "$p"
 }
 port_used() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+# CPU time, in clock ticks (getconf CLK_TCK): the machine's busy time (user,
+# nice, system, irq, softirq of /proc/stat's cpu line: proc(5)) and the Kafka
+# broker's (utime + stime of its /proc/PID/stat), so that each run says what
+# the machine and the broker spent on it, not only how fast it went.
+machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
+broker_ticks() {
+  local p
+  p=$(tr -dc '0-9' <"${DEDUPD_STACK_DIR:-/tmp/dedupd-stack}/kafka/kafka.pid" 2>/dev/null)
+  [ -n "$p" ] || p=$(pgrep -f 'kafka\.Kafka ' | head -n 1)
+  [ -n "$p" ] && awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo null
+}
 # peer_run SYS ROUND: one run of one system; appends its line to $SP_D/runs.ndjson
 peer_run() {
-  local sys=$1 r=$2 d=$SP_D t=$SP_T out rc=0 lg load
+  local sys=$1 r=$2 d=$SP_D t=$SP_T out rc=0 lg load m0 b0 w0 cpu
   lg=$d/logs/$sys.$r.log
   load=$(cut -d' ' -f1 /proc/loadavg)
   log "13p: round $r: $sys"
+  m0=$(machine_ticks) b0=$(broker_ticks) w0=$(now)
   case $sys in
     raw)
       out=$("$RAW" -b "$KAFKA_BOOTSTRAP" -t "$t.jobs" 2>>"$lg") || rc=$?
@@ -639,12 +673,22 @@ peer_run() {
         STATE_DIR=$d/state/$sys.$r timeout 900 "$KS_PEER" 2>>"$lg") || rc=$?
       rm -rf "$d/state/$sys.$r" ;;
   esac
+  # the run's CPU, start-up and idle tail included (a JVM's start-up counts)
+  cpu=$(jq -nc --argjson m0 "$m0" --argjson m1 "$(machine_ticks)" --argjson b0 "$b0" \
+    --argjson b1 "$(broker_ticks)" --argjson w "$(awk -v a="$w0" -v b="$(now)" 'BEGIN {printf "%.3f", b - a}')" \
+    --argjson hz "$(getconf CLK_TCK)" --argjson n "$SP_N" '
+    {wall_s: $w, machine_cpu_s: (($m1 - $m0) / $hz),
+     broker_cpu_s: (if $b0 == null or $b1 == null then null else ($b1 - $b0) / $hz end)}
+    | . + {machine_cpu_us_per_msg: (.machine_cpu_s * 1e6 / $n | round),
+           broker_cpu_us_per_msg: (if .broker_cpu_s == null then null else .broker_cpu_s * 1e6 / $n | round end),
+           busy_cores: (if $w > 0 then .machine_cpu_s / $w * 100 | round / 100 else null end)}')
   out=$(tail -n 1 <<<"$out")
   jq -e . <<<"$out" >/dev/null 2>&1 || { [ $rc = 0 ] && rc=1; out=null; }
   [ $rc = 0 ] || log "13p: $sys round $r failed (rc $rc): $(grep -v '"info"' "$lg" | tail -n 2 | tr '\n' ' ')"
   jq -nc --arg s "$sys" --argjson r "$r" --argjson rc "$rc" --argjson o "$out" --arg load "$load" \
+    --argjson cpu "$cpu" \
     '{sys: $s, round: $r, rc: $rc, consumed: ($o.consumed // null), new: ($o.new // null),
-      msgs_per_s: ($o.msgs_per_s // null), load1: ($load | tonumber), out: $o}' >>"$d/runs.ndjson"
+      msgs_per_s: ($o.msgs_per_s // null), load1: ($load | tonumber), cpu: $cpu, out: $o}' >>"$d/runs.ndjson"
 }
 # peer_sum SYS: {sys, runs, median, ok_runs, errors, wrong: [...]} over its runs
 peer_sum() {
@@ -657,11 +701,20 @@ peer_sum() {
                 else ($v[($v | length) / 2 - 1] + $v[($v | length) / 2]) / 2 end
                 | if . then . * 10 | round / 10 else . end),
        all: ($runs | map(.msgs_per_s)),
+       cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.machine_cpu_us_per_msg // empty) | sort
+                        | if length == 0 then null else .[(length - 1) / 2 | floor] end),
+       broker_cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.broker_cpu_us_per_msg // empty) | sort
+                        | if length == 0 then null else .[(length - 1) / 2 | floor] end),
        errors: ($runs | map(select(.rc != 0) | "\($s) round \(.round): rc \(.rc)")),
        wrong: ($runs | map(select(.rc == 0 and (.consumed != $n or
                  ($s != "raw" and $s != "relay" and .new != $u)))
                | "\($s) round \(.round): consumed \(.consumed) of \($n), new \(.new) (distinct \($u))"))}' \
     "$SP_D/runs.ndjson"
+}
+# cpu_text SUM: the CPU a message cost the machine (both cores, every
+# process) and the broker, lower medians over the runs
+cpu_text() {
+  jq -r '"CPU \(.cpu_us_per_msg // "-") us/msg (broker \(.broker_cpu_us_per_msg // "-"))"' <<<"$1"
 }
 # peer_row ID TITLE DD_SYS PEER_SYS PEER_MODE_TEXT
 peer_row() {
@@ -673,6 +726,7 @@ peer_row() {
   fi
   dd="$(jq -r '.median // "-" | if type == "number" then (. | round | tostring) else . end' <<<"$a") msg/s median of $(jq -r .ok_runs <<<"$a") ($(jq -r '.all | map(if . then (round | tostring) else "err" end) | join(" / ")' <<<"$a"))"
   pd="$(jq -r '.median // "-" | if type == "number" then (. | round | tostring) else . end' <<<"$b") msg/s median of $(jq -r .ok_runs <<<"$b") ($(jq -r '.all | map(if . then (round | tostring) else "err" end) | join(" / ")' <<<"$b"))"
+  dd="$dd; $(cpu_text "$a")" pd="$pd; $(cpu_text "$b")"
   if [ "$wr" != "[]" ]; then dd="WRONG ($(jq -r 'join("; ")' <<<"$wr")) $dd"; fi
   local errs
   errs=$(jq -nc --argjson a "$a" --argjson b "$b" '$a.errors + $b.errors | length')
