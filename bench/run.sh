@@ -109,6 +109,7 @@ LAT_RATE=${BENCH_LAT_RATE:-100}
 LAT2_RATE=2000
 PEER_ROUNDS=${BENCH_PEER_ROUNDS:-3}
 ROUNDS1=${BENCH_ROUNDS1:-3}
+[[ $ROUNDS1 =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: BENCH_ROUNDS1 must be a positive number" >&2; exit 2; }
 PEER_IDLE_MS=5000
 PARTS=4
 IDLE_MS=${BENCH_IDLE_MS:-1500} # how long a `dedupd run` stays idle (all at the end, nothing in flight) before it exits
@@ -130,7 +131,7 @@ fi
 for b in dedupd bench/raw_consumer bench/curl_multi_bench bench/latency; do
   [ -x "$BUILD/$b" ] || { log "missing $BUILD/$b (build it, or drop --no-build)"; exit 1; }
 done
-GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src include 2>/dev/null || echo "+uncommitted src")
+GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet HEAD -- src include bench 2>/dev/null || echo "+uncommitted")
 read -r -a _exits <<<"$PROXY_EXITS"
 HTTP_EXIT=${BENCH_HTTP_EXIT:-${_exits[1]:-http://127.0.0.3:18888}}
 SOCKS_EXIT=${BENCH_SOCKS_EXIT:-${SOCKS_EXITS%% *}}
@@ -270,20 +271,27 @@ s1() {
   log "1: kcat -P in $kc s; setup pass (shadow, sync off, 20000 in flight: completes the ops)"
   setup=$(DEDUPD_STORE__SYNC=false DEDUPD_FETCH__MAX_INFLIGHT=20000 run_dd "$d/setup.log" --shadow)
   [ "$(jget .new "$setup")" = "$N1" ] || die "setup pass: expected $N1 new ops, got: $setup"
-  # BENCH_ROUNDS1 rounds (3): each submits the jobs again, replays them (the
-  # group's committed offsets stop before the new copies) and drains the whole
-  # topic raw, in alternating order; the row takes the medians (one round
-  # of each moved the ratio from 0.46 to 1.01 between sessions)
-  local r sub2 replay rawj reps=() raws=() rr rw
+  # BENCH_ROUNDS1 rounds (3), each on its own topic holding one copy of the
+  # jobs (submitted again, so with the identity headers) read by its own
+  # group (as 1b), so that every replay and every raw drain reads the same N
+  # messages; replay and drain in alternating order; the row takes the
+  # medians (one round moved the ratio from 0.46 to 1.01 between sessions)
+  local r tr reps=() raws=() rr rw
   for ((r = 1; r <= ROUNDS1; r++)); do
-    log "1: round $r: submit again, replay, raw drain"
-    sub2=$(submit "$d/jobs.ndjson" "$d/submit.log")
+    tr=$t.r$r
+    extra_topic "$tr"
+    echo "$tr-changelog" >>"$WORK/topics" # its group's (run creates it)
+    log "1: round $r: submit again to $tr, replay, raw drain"
+    sub2=$(DEDUPD_TOPICS__JOBS=$tr submit "$d/jobs.ndjson" "$d/submit.log")
     if [ $((r % 2)) = 1 ]; then
-      replay=$(run_dd "$d/replay.log" --shadow); rawj=$(raw_drain "$t.jobs")
+      replay=$(DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow)
+      rawj=$(raw_drain "$tr")
     else
-      rawj=$(raw_drain "$t.jobs"); replay=$(run_dd "$d/replay.log" --shadow)
+      rawj=$(raw_drain "$tr")
+      replay=$(DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow)
     fi
     [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
+    [ "$(jget .messages "$rawj")" = "$N1" ] || die "raw drain of $tr: expected $N1 messages, got: $rawj"
     reps+=("$replay"); raws+=("$rawj")
   done
   median_of() { jq -s 'map(.messages_per_second) | sort | .[(length - 1) / 2 | floor]'; }
@@ -297,7 +305,7 @@ s1() {
   row 1 "replay storm: complete jobs redelivered (submit-tagged: fast path)" \
     "$rr" "$rw" up 0.6 \
     "$(fmt "$rr") decisions/s median of $ROUNDS1 ($all_rep; fast path $(jget .fast_path "$replay")/$N1)" \
-    "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($all_raw; the median round read $(jget .messages "$rawj") msgs)" \
+    "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($all_raw; $N1 msgs each)" \
     "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS \
         --argjson sr "$(fmt "$sr")" --argjson kr "$(fmt "$kr")" --argjson s2 "$(fmt "$(echo "$N1 / $sub2" | bc -l)")" \
         '{jobs: $n, job_bytes: $jb, partitions: $p, mode: "run --shadow (own store/group/topics)",
@@ -629,12 +637,12 @@ port_used() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 # nice, system, irq, softirq of /proc/stat's cpu line: proc(5)) and the Kafka
 # broker's (utime + stime of its /proc/PID/stat), so that each run says what
 # the machine and the broker spent on it, not only how fast it went.
-machine_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
+machine_ticks() { awk '/^cpu /{printf "%.0f\n", $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; }
 broker_ticks() {
   local p
   p=$(tr -dc '0-9' <"${DEDUPD_STACK_DIR:-/tmp/dedupd-stack}/kafka/kafka.pid" 2>/dev/null)
   [ -n "$p" ] || p=$(pgrep -f 'kafka\.Kafka ' | head -n 1)
-  [ -n "$p" ] && awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo null
+  [ -n "$p" ] && awk '{printf "%.0f\n", $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo null
 }
 # peer_run SYS ROUND: one run of one system; appends its line to $SP_D/runs.ndjson
 peer_run() {
@@ -656,8 +664,7 @@ peer_run() {
       out=$(DEDUPD_PROCESSING__GUARANTEE=$g DEDUPD_STORE__PATH=$d/store/$sys.$r \
         DEDUPD_CONSUMER__GROUP_ID=$t.$sys.$r DEDUPD_KAFKA__GROUP__INSTANCE__ID=$t.$sys.$r \
         timeout 900 "$DEDUPD" run -c "$CFG" --shadow --exit-when-idle "$IDLE_MS" --stats-json 2>>"$lg") || rc=$?
-      out=$(jq -c '. + {msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true
-      rm -rf "$d/store/$sys.$r" ;;
+      out=$(jq -c '. + {msgs_per_s: .messages_per_second}' <<<"$out" 2>/dev/null) || true ;;
     py_pipe|py_msg)
       local pl=1
       [ "$sys" = py_msg ] && pl=0
@@ -670,8 +677,7 @@ peer_run() {
       [ "$sys" = ks_eos ] && g=exactly_once_v2
       out=$(KAFKA_BOOTSTRAP=$KAFKA_BOOTSTRAP IN_TOPIC=$t.jobs OUT_TOPIC=$t.peer.results \
         GROUP=$t.$sys.$r MAX_MESSAGES=$SP_N IDLE_MS=$PEER_IDLE_MS GUARANTEE=$g \
-        STATE_DIR=$d/state/$sys.$r timeout 900 "$KS_PEER" 2>>"$lg") || rc=$?
-      rm -rf "$d/state/$sys.$r" ;;
+        STATE_DIR=$d/state/$sys.$r timeout 900 "$KS_PEER" 2>>"$lg") || rc=$? ;;
   esac
   # the run's CPU, start-up and idle tail included (a JVM's start-up counts)
   cpu=$(jq -nc --argjson m0 "$m0" --argjson m1 "$(machine_ticks)" --argjson b0 "$b0" \
@@ -682,6 +688,7 @@ peer_run() {
     | . + {machine_cpu_us_per_msg: (.machine_cpu_s * 1e6 / $n | round),
            broker_cpu_us_per_msg: (if .broker_cpu_s == null then null else .broker_cpu_s * 1e6 / $n | round end),
            busy_cores: (if $w > 0 then .machine_cpu_s / $w * 100 | round / 100 else null end)}')
+  rm -rf "$d/store/$sys.$r" "$d/state/$sys.$r" # after the CPU's end sample
   out=$(tail -n 1 <<<"$out")
   jq -e . <<<"$out" >/dev/null 2>&1 || { [ $rc = 0 ] && rc=1; out=null; }
   [ $rc = 0 ] || log "13p: $sys round $r failed (rc $rc): $(grep -v '"info"' "$lg" | tail -n 2 | tr '\n' ' ')"

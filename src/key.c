@@ -43,7 +43,7 @@
  * point (found by fuzz_url, tests/fuzz/regressions/url/).
  *
  * @locality any thread, every function: reentrant, no state but the SHA-256
- * method fetched once (pthread_once).  Callers: the pipeline, the job API's
+ * method and the must-encode table, each set up once (pthread_once).  Callers: the pipeline, the job API's
  * thread (job_parse), the fetch engine and the store (key_sha256_hex).
  */
 #include "key.h"
@@ -105,6 +105,7 @@ static void sbuf_reserve(struct sbuf *b, size_t n)
         return;
     }
     b->p = p;
+    b->p[b->len] = '\0'; /* p stays NULL or a string (append_path) */
     b->cap = b->len + n + 1;
 }
 

@@ -869,7 +869,7 @@ static void complete_batch_prepare(struct store *s,
  * requests are staged in op_id order with equal op_ids in batch order
  * (batch_read_cmp), so the earlier ones of its op_id were staged just before
  * it: \p last is the last request staged without an error so far
- * (BATCH_NONE: none), the only one that can share its op_id.  One compare
+ * (UINT32_MAX: none), the only one that can share its op_id.  One compare
  * per request, where a scan of the earlier ones was quadratic in the batch
  * (0.85% of a shadow run's samples at a few thousand a batch). */
 static bool complete_batch_repeated(const struct store_complete_req *reqs,

@@ -1991,14 +1991,17 @@ END_TEST
 
 /* An op_id repeated in one batch, its copies apart and among others: the
  * first copy in batch order that stands is written, every later one is
- * refused; a fenced first copy does not fence a later one. */
+ * refused; a fenced first copy, or one refused before the stripes (a bad
+ * attempt record), does not fence a later one. */
 START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
 {
     struct store_op op;
     ck_assert_int_eq(claim("rep-x", H1, T0, &op), STORE_CLAIM_NEW);
     ck_assert_int_eq(claim("rep-a", H1, T0, &op), STORE_CLAIM_NEW);
     ck_assert_int_eq(claim("rep-z", H2, T0, &op), STORE_CLAIM_NEW);
-    struct store_complete_req r[7] = {
+    ck_assert_int_eq(claim("rep-b", H2, T0, &op), STORE_CLAIM_NEW);
+    struct store_attempt bad = attempt(0, 200, "", "");
+    struct store_complete_req r[9] = {
         {.op_id = "rep-z", .generation = 1, .state = STORE_OP_COMPLETE,
          .attempts = 1, .value = "Z1", .value_len = 2},
         /* stale: fenced, and so not the copy that fences the next ones */
@@ -2015,13 +2018,20 @@ START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
          .attempts = 3, .value = "X3", .value_len = 2},
         {.op_id = "rep-z", .generation = 1, .state = STORE_OP_COMPLETE,
          .attempts = 1, .value = "Z3", .value_len = 2},
+        /* refused in the preparation: never staged, fences nothing */
+        {.op_id = "rep-b", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "B1", .value_len = 2, .attempt_log = &bad,
+         .n_attempt_log = 1},
+        {.op_id = "rep-b", .generation = 1, .state = STORE_OP_COMPLETE,
+         .attempts = 1, .value = "B2", .value_len = 2},
     };
-    ck_assert_int_eq(store_complete_batch(g_st, r, 7, T0 + 10, g_err,
+    ck_assert_int_eq(store_complete_batch(g_st, r, 9, T0 + 10, g_err,
                                           sizeof(g_err)),
                      DD_OK);
-    const dd_err_t want[7] = {DD_OK, DD_ERR_STATE, DD_OK, DD_OK,
-                              DD_ERR_STATE, DD_ERR_STATE, DD_ERR_STATE};
-    for (size_t i = 0; i < 7; i++)
+    const dd_err_t want[9] = {DD_OK,        DD_ERR_STATE, DD_OK,
+                              DD_OK,        DD_ERR_STATE, DD_ERR_STATE,
+                              DD_ERR_STATE, DD_ERR_INVAL, DD_OK};
+    for (size_t i = 0; i < 9; i++)
         ck_assert_msg(r[i].err == want[i], "request %zu: err %d, want %d",
                       i, (int)r[i].err, (int)want[i]);
     ck_assert_str_eq(r[1].errstr, "store_complete_batch(rep-x): stale "
@@ -2030,8 +2040,13 @@ START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
                                   "twice in one batch");
     ck_assert_str_eq(r[5].errstr, "store_complete_batch(rep-x): completed "
                                   "twice in one batch");
-    ck_assert_uint_eq(r[4].seq, 0);
-    ck_assert_uint_eq(store_outbox_pending(g_st), 3);
+    ck_assert_str_eq(r[6].errstr, "store_complete_batch(rep-z): completed "
+                                  "twice in one batch");
+    /* errstr carries the first failure in batch order */
+    ck_assert_str_eq(g_err, r[1].errstr);
+    for (size_t i = 4; i < 8; i++)
+        ck_assert_uint_eq(r[i].seq, 0);
+    ck_assert_uint_eq(store_outbox_pending(g_st), 4);
     ck_assert(get("rep-x", T0 + 10, &op));
     ck_assert_int_eq(op.state, STORE_OP_FAILED);
     ck_assert_uint_eq(op.attempts, 2);
@@ -2039,14 +2054,17 @@ START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
     ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
     struct collect c;
     collect(&c, 0);
-    ck_assert_int_eq(c.n, 3);
-    /* the outbox in staging (op_id) order; the values the first copies' */
+    ck_assert_int_eq(c.n, 4);
+    /* the outbox in staging (op_id) order; each value the first standing
+     * copy's */
     ck_assert_str_eq(c.e[0].op_id, "rep-a");
     ck_assert_str_eq(c.e[0].value, "A1");
-    ck_assert_str_eq(c.e[1].op_id, "rep-x");
-    ck_assert_str_eq(c.e[1].value, "X2");
-    ck_assert_str_eq(c.e[2].op_id, "rep-z");
-    ck_assert_str_eq(c.e[2].value, "Z1");
+    ck_assert_str_eq(c.e[1].op_id, "rep-b");
+    ck_assert_str_eq(c.e[1].value, "B2");
+    ck_assert_str_eq(c.e[2].op_id, "rep-x");
+    ck_assert_str_eq(c.e[2].value, "X2");
+    ck_assert_str_eq(c.e[3].op_id, "rep-z");
+    ck_assert_str_eq(c.e[3].value, "Z1");
 }
 END_TEST
 
