@@ -280,7 +280,7 @@ s1() {
   for ((r = 1; r <= ROUNDS1; r++)); do
     tr=$t.r$r
     extra_topic "$tr"
-    echo "$tr-changelog" >>"$WORK/topics" # its group's (run creates it)
+    echo "shadow.$tr-changelog" >>"$WORK/topics" # its group's (run --shadow creates it)
     log "1: round $r: submit again to $tr, replay, raw drain"
     sub2=$(DEDUPD_TOPICS__JOBS=$tr submit "$d/jobs.ndjson" "$d/submit.log")
     if [ $((r % 2)) = 1 ]; then
