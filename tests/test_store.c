@@ -754,6 +754,19 @@ static void collect(struct collect *c, int stop_after)
                      DD_OK);
 }
 
+/* The pending outbox is exactly want[0..n) ({op_id, value} each), in
+ * order. */
+static void outbox_is(const char *const (*want)[2], int n)
+{
+    struct collect c;
+    collect(&c, 0);
+    ck_assert_int_eq(c.n, n);
+    for (int i = 0; i < n; i++) {
+        ck_assert_str_eq(c.e[i].op_id, want[i][0]);
+        ck_assert_str_eq(c.e[i].value, want[i][1]);
+    }
+}
+
 START_TEST(test_store_outbox_complete_foreach_ack)
 {
     struct store_op op;
@@ -1975,13 +1988,7 @@ START_TEST(test_store_complete_batch_one_write_fences_each_op_alone)
     ck_assert_uint_eq(n, 0);
     free(out);
 
-    struct collect c;
-    collect(&c, 0);
-    ck_assert_int_eq(c.n, 2);
-    ck_assert_str_eq(c.e[0].op_id, "op-a");
-    ck_assert_str_eq(c.e[0].value, "A");
-    ck_assert_str_eq(c.e[1].op_id, "op-c");
-    ck_assert_str_eq(c.e[1].value, "C");
+    outbox_is((const char *const[][2]){{"op-a", "A"}, {"op-c", "C"}}, 2);
     /* an empty batch is a no-op */
     ck_assert_int_eq(store_complete_batch(g_st, r, 0, T0, g_err,
                                           sizeof(g_err)),
@@ -2052,19 +2059,13 @@ START_TEST(test_store_complete_batch_repeated_op_first_standing_wins)
     ck_assert_uint_eq(op.attempts, 2);
     ck_assert(get("rep-z", T0 + 10, &op));
     ck_assert_int_eq(op.state, STORE_OP_COMPLETE);
-    struct collect c;
-    collect(&c, 0);
-    ck_assert_int_eq(c.n, 4);
     /* the outbox in staging (op_id) order; each value the first standing
      * copy's */
-    ck_assert_str_eq(c.e[0].op_id, "rep-a");
-    ck_assert_str_eq(c.e[0].value, "A1");
-    ck_assert_str_eq(c.e[1].op_id, "rep-b");
-    ck_assert_str_eq(c.e[1].value, "B2");
-    ck_assert_str_eq(c.e[2].op_id, "rep-x");
-    ck_assert_str_eq(c.e[2].value, "X2");
-    ck_assert_str_eq(c.e[3].op_id, "rep-z");
-    ck_assert_str_eq(c.e[3].value, "Z1");
+    outbox_is((const char *const[][2]){{"rep-a", "A1"},
+                                       {"rep-b", "B2"},
+                                       {"rep-x", "X2"},
+                                       {"rep-z", "Z1"}},
+              4);
 }
 END_TEST
 
