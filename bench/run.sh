@@ -276,7 +276,8 @@ s1() {
   # group (as 1b), so that every replay and every raw drain reads the same N
   # messages; replay and drain in alternating order; the row takes the
   # medians (one round moved the ratio from 0.46 to 1.01 between sessions)
-  local r tr reps=() raws=() rr rw
+  local r tr reps=() raws=() rs ws rr rw
+  replay_round() { DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow; }
   for ((r = 1; r <= ROUNDS1; r++)); do
     tr=$t.r$r
     extra_topic "$tr"
@@ -284,35 +285,35 @@ s1() {
     log "1: round $r: submit again to $tr, replay, raw drain"
     sub2=$(DEDUPD_TOPICS__JOBS=$tr submit "$d/jobs.ndjson" "$d/submit.log")
     if [ $((r % 2)) = 1 ]; then
-      replay=$(DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow)
-      rawj=$(raw_drain "$tr")
+      replay=$(replay_round); rawj=$(raw_drain "$tr")
     else
-      rawj=$(raw_drain "$tr")
-      replay=$(DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow)
+      rawj=$(raw_drain "$tr"); replay=$(replay_round)
     fi
     [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
     [ "$(jget .messages "$rawj")" = "$N1" ] || die "raw drain of $tr: expected $N1 messages, got: $rawj"
     reps+=("$replay"); raws+=("$rawj")
   done
-  median_of() { jq -s 'map(.messages_per_second) | sort | .[(length - 1) / 2 | floor]'; }
-  rr=$(printf '%s\n' "${reps[@]}" | median_of); rw=$(printf '%s\n' "${raws[@]}" | median_of)
-  replay=$(printf '%s\n' "${reps[@]}" | jq -sc --argjson m "$rr" 'map(select(.messages_per_second == $m)) | .[0]')
-  rawj=$(printf '%s\n' "${raws[@]}" | jq -sc --argjson m "$rw" 'map(select(.messages_per_second == $m)) | .[0]')
-  local sr kr all_rep all_raw
-  all_rep=$(printf '%s\n' "${reps[@]}" | jq -sr 'map(.messages_per_second | round | tostring) | join(" / ")')
-  all_raw=$(printf '%s\n' "${raws[@]}" | jq -sr 'map(.messages_per_second | round | tostring) | join(" / ")')
+  # rounds_sum: the rounds' stats lines -> {median: the (lower) median round,
+  # all: "a / b / c" in round order, runs: [...]}
+  rounds_sum() {
+    jq -sc '{median: (sort_by(.messages_per_second) | .[(length - 1) / 2 | floor]),
+             all: (map(.messages_per_second | round | tostring) | join(" / ")), runs: .}'
+  }
+  rs=$(printf '%s\n' "${reps[@]}" | rounds_sum); ws=$(printf '%s\n' "${raws[@]}" | rounds_sum)
+  replay=$(jq -c .median <<<"$rs"); rawj=$(jq -c .median <<<"$ws")
+  rr=$(jget .messages_per_second "$replay"); rw=$(jget .messages_per_second "$rawj")
+  local sr kr
   sr=$(echo "$N1 / $sub1" | bc -l); kr=$(echo "$N1 / $kc" | bc -l)
   row 1 "replay storm: complete jobs redelivered (submit-tagged: fast path)" \
     "$rr" "$rw" up 0.6 \
-    "$(fmt "$rr") decisions/s median of $ROUNDS1 ($all_rep; fast path $(jget .fast_path "$replay")/$N1)" \
-    "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($all_raw; $N1 msgs each)" \
+    "$(fmt "$rr") decisions/s median of $ROUNDS1 ($(jget .all "$rs"); fast path $(jget .fast_path "$replay")/$N1)" \
+    "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($(jget .all "$ws"); $N1 msgs each)" \
     "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS \
         --argjson sr "$(fmt "$sr")" --argjson kr "$(fmt "$kr")" --argjson s2 "$(fmt "$(echo "$N1 / $sub2" | bc -l)")" \
         '{jobs: $n, job_bytes: $jb, partitions: $p, mode: "run --shadow (own store/group/topics)",
           produce_submit_per_s: $sr, produce_submit_again_per_s: $s2, produce_kcat_per_s: $kr}')" \
-    "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" \
-        --argjson rs "$(printf '%s\n' "${reps[@]}" | jq -sc .)" --argjson ws "$(printf '%s\n' "${raws[@]}" | jq -sc .)" \
-        '{setup: $a, replay: $b, raw: $c, replays: $rs, raws: $ws}')"
+    "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" --argjson rs "$rs" --argjson ws "$ws" \
+        '{setup: $a, replay: $b, raw: $c, replays: $rs.runs, raws: $ws.runs}')"
   log "1b: replay of the kcat -P copies (no headers)"
   rep_b=$(DEDUPD_TOPICS__JOBS=$t.kcat DEDUPD_CONSUMER__GROUP_ID=$t.kcat run_dd "$d/replay_b.log" --shadow)
   [ "$(jget .duplicates "$rep_b")" = "$N1" ] || die "1b replay: expected $N1 duplicates, got: $rep_b"
@@ -700,6 +701,7 @@ peer_run() {
 # peer_sum SYS: {sys, runs, median, ok_runs, errors, wrong: [...]} over its runs
 peer_sum() {
   jq -sc --arg s "$1" --argjson n "$SP_N" --argjson u "$SP_UNIQ" '
+    def lmed: sort | if length == 0 then null else .[(length - 1) / 2 | floor] end; # lower median
     [.[] | select(.sys == $s)] as $runs
     | ($runs | map(select(.rc == 0 and .msgs_per_s != null) | .msgs_per_s) | sort) as $v
     | {sys: $s, runs: ($runs | length), ok_runs: ($v | length),
@@ -708,10 +710,8 @@ peer_sum() {
                 else ($v[($v | length) / 2 - 1] + $v[($v | length) / 2]) / 2 end
                 | if . then . * 10 | round / 10 else . end),
        all: ($runs | map(.msgs_per_s)),
-       cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.machine_cpu_us_per_msg // empty) | sort
-                        | if length == 0 then null else .[(length - 1) / 2 | floor] end),
-       broker_cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.broker_cpu_us_per_msg // empty) | sort
-                        | if length == 0 then null else .[(length - 1) / 2 | floor] end),
+       cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.machine_cpu_us_per_msg // empty) | lmed),
+       broker_cpu_us_per_msg: ($runs | map(select(.rc == 0) | .cpu.broker_cpu_us_per_msg // empty) | lmed),
        errors: ($runs | map(select(.rc != 0) | "\($s) round \(.round): rc \(.rc)")),
        wrong: ($runs | map(select(.rc == 0 and (.consumed != $n or
                  ($s != "raw" and $s != "relay" and .new != $u)))

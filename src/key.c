@@ -43,7 +43,7 @@
  * point (found by fuzz_url, tests/fuzz/regressions/url/).
  *
  * @locality any thread, every function: reentrant, no state but the SHA-256
- * method and the must-encode table, each set up once (pthread_once).  Callers: the pipeline, the job API's
+ * method fetched once (pthread_once).  Callers: the pipeline, the job API's
  * thread (job_parse), the fetch engine and the store (key_sha256_hex).
  */
 #include "key.h"
@@ -139,18 +139,14 @@ static bool is_unreserved(unsigned char c)
 }
 
 /* Bytes that may not appear raw in a URI path or query (RFC 3986 3.3, 3.4):
- * everything outside unreserved / sub-delims / ":" "@" "/" "?" and '%'.
- * One bit a byte, built from that rule once (a strchr a byte was a tenth of
- * the normalization). */
-static uint64_t must_encode_bits[4];
-static pthread_once_t must_encode_once = PTHREAD_ONCE_INIT;
-
-static void must_encode_init(void)
-{
-    for (unsigned c = 0; c < 256; c++)
-        if (c <= 0x20 || c >= 0x7f || strchr("\"<>\\^`{|}#[]", (int)c))
-            must_encode_bits[c >> 6] |= UINT64_C(1) << (c & 63);
-}
+ * everything outside unreserved / sub-delims / ":" "@" "/" "?" and '%', that
+ * is 0x00-0x20, 0x7f-0xff and " # < > [ \ ] ^ ` { | }: one bit a byte (a
+ * strchr a byte was a tenth of the normalization). */
+static const uint64_t must_encode_bits[4] = {
+    UINT64_C(0x5000000DFFFFFFFF), /* 0x00-0x20 " # < > */
+    UINT64_C(0xB800000178000000), /* [ \ ] ^ ` { | } 0x7f */
+    UINT64_MAX, UINT64_MAX,       /* 0x80-0xff */
+};
 
 static bool must_encode(unsigned char c)
 {
@@ -168,38 +164,32 @@ static void put_escape(struct sbuf *b, unsigned char c)
  * as they are go out a run at a time. */
 static void pct_normalize(struct sbuf *b, const char *s)
 {
-    pthread_once(&must_encode_once, must_encode_init);
-    size_t len = strlen(s);
-    sbuf_reserve(b, len);
-    for (size_t i = 0; s[i]; i++) {
+    sbuf_reserve(b, strlen(s));
+    size_t i = 0;
+    while (s[i]) {
         size_t run = i;
         while (s[run] && s[run] != '%' && !must_encode((unsigned char)s[run]))
             run++;
-        if (run > i) {
+        if (run > i)
             sbuf_putn(b, s + i, run - i);
-            i = run;
-            if (!s[i])
-                break;
-        }
+        i = run;
+        if (!s[i])
+            break;
         unsigned char c = (unsigned char)s[i];
-        if (c == '%') {
-            int hi = hexval((unsigned char)s[i + 1]);
-            int lo = hi < 0 ? -1 : hexval((unsigned char)s[i + 2]);
-            if (hi < 0 || lo < 0) {
-                put_escape(b, '%'); /* stray '%': a literal percent sign */
-                continue;
-            }
-            unsigned char v = (unsigned char)(hi << 4 | lo);
-            if (is_unreserved(v))
-                sbuf_putc(b, (char)v);
-            else
-                put_escape(b, v);
-            i += 2;
-        } else if (must_encode(c)) {
+        int hi = c == '%' ? hexval((unsigned char)s[i + 1]) : -1;
+        int lo = hi < 0 ? -1 : hexval((unsigned char)s[i + 2]);
+        if (hi < 0 || lo < 0) {
+            /* a byte to encode, or a stray '%': a literal percent sign */
             put_escape(b, c);
-        } else {
-            sbuf_putc(b, (char)c);
+            i++;
+            continue;
         }
+        unsigned char v = (unsigned char)(hi << 4 | lo);
+        if (is_unreserved(v))
+            sbuf_putc(b, (char)v);
+        else
+            put_escape(b, v);
+        i += 3;
     }
 }
 

@@ -876,8 +876,7 @@ static bool complete_batch_repeated(const struct store_complete_req *reqs,
                                     const struct complete_batch *cb, size_t i,
                                     uint32_t last)
 {
-    return last != UINT32_MAX && !reqs[last].err
-           && cb->keys[last].k0 == cb->keys[i].k0
+    return last != UINT32_MAX && cb->keys[last].k0 == cb->keys[i].k0
            && cb->keys[last].k1 == cb->keys[i].k1
            && strcmp(reqs[last].op_id, reqs[i].op_id) == 0;
 }
