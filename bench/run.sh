@@ -276,22 +276,30 @@ s1() {
   # group (as 1b), so that every replay and every raw drain reads the same N
   # messages; replay and drain in alternating order; the row takes the
   # medians (one round moved the ratio from 0.46 to 1.01 between sessions)
-  local r tr reps=() raws=() rs ws rr rw
-  replay_round() { DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr run_dd "$d/replay.log" --shadow; }
+  # Each round also replays with consumer.prefetch_kick_ms=0 (row 1k: the
+  # same copy under another group, librdkafka's fetch pauses left as they are)
+  local r tr reps=() raws=() nks=() rs ws ns rr rw nk
+  replay_round() { # replay_round [GROUP_SUFFIX KICK_MS]
+    DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr${1:-} \
+      DEDUPD_CONSUMER__PREFETCH_KICK_MS=${2:-20} run_dd "$d/replay.log" --shadow
+  }
   for ((r = 1; r <= ROUNDS1; r++)); do
     tr=$t.r$r
     extra_topic "$tr"
-    echo "shadow.$tr-changelog" >>"$WORK/topics" # its group's (run --shadow creates it)
-    log "1: round $r: submit again to $tr, replay, raw drain"
+    # its groups' changelogs (run --shadow creates them)
+    printf '%s\n' "shadow.$tr-changelog" "shadow.$tr.nokick-changelog" >>"$WORK/topics"
+    log "1: round $r: submit again to $tr, replay, replay without the kick, raw drain"
     sub2=$(DEDUPD_TOPICS__JOBS=$tr submit "$d/jobs.ndjson" "$d/submit.log")
     if [ $((r % 2)) = 1 ]; then
-      replay=$(replay_round); rawj=$(raw_drain "$tr")
+      replay=$(replay_round); nk=$(replay_round .nokick 0); rawj=$(raw_drain "$tr")
     else
-      rawj=$(raw_drain "$tr"); replay=$(replay_round)
+      rawj=$(raw_drain "$tr"); nk=$(replay_round .nokick 0); replay=$(replay_round)
     fi
     [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
+    [ "$(jget .duplicates "$nk")" = "$N1" ] || die "replay (kick off): expected $N1 duplicates, got: $nk"
+    [ "$(jget .prefetch_kicks "$nk")" = 0 ] || die "replay (kick off): kicked: $nk"
     [ "$(jget .messages "$rawj")" = "$N1" ] || die "raw drain of $tr: expected $N1 messages, got: $rawj"
-    reps+=("$replay"); raws+=("$rawj")
+    reps+=("$replay"); raws+=("$rawj"); nks+=("$nk")
   done
   # rounds_sum: the rounds' stats lines -> {median: the (lower) median round,
   # all: "a / b / c" in round order, runs: [...]}
@@ -300,13 +308,14 @@ s1() {
              all: (map(.messages_per_second | round | tostring) | join(" / ")), runs: .}'
   }
   rs=$(printf '%s\n' "${reps[@]}" | rounds_sum); ws=$(printf '%s\n' "${raws[@]}" | rounds_sum)
+  ns=$(printf '%s\n' "${nks[@]}" | rounds_sum)
   replay=$(jq -c .median <<<"$rs"); rawj=$(jq -c .median <<<"$ws")
   rr=$(jget .messages_per_second "$replay"); rw=$(jget .messages_per_second "$rawj")
   local sr kr
   sr=$(echo "$N1 / $sub1" | bc -l); kr=$(echo "$N1 / $kc" | bc -l)
   row 1 "replay storm: complete jobs redelivered (submit-tagged: fast path)" \
     "$rr" "$rw" up 0.6 \
-    "$(fmt "$rr") decisions/s median of $ROUNDS1 ($(jget .all "$rs"); fast path $(jget .fast_path "$replay")/$N1)" \
+    "$(fmt "$rr") decisions/s median of $ROUNDS1 ($(jget .all "$rs"); fast path $(jget .fast_path "$replay")/$N1; prefetch kicks $(jget .prefetch_kicks "$replay"))" \
     "$(fmt "$rw") msg/s raw_consumer median of $ROUNDS1 ($(jget .all "$ws"); $N1 msgs each)" \
     "$(jq -nc --argjson n "$N1" --argjson jb "$jb" --argjson p $PARTS \
         --argjson sr "$(fmt "$sr")" --argjson kr "$(fmt "$kr")" --argjson s2 "$(fmt "$(echo "$N1 / $sub2" | bc -l)")" \
@@ -314,6 +323,14 @@ s1() {
           produce_submit_per_s: $sr, produce_submit_again_per_s: $s2, produce_kcat_per_s: $kr}')" \
     "$(jq -nc --argjson a "$setup" --argjson b "$replay" --argjson c "$rawj" --argjson rs "$rs" --argjson ws "$ws" \
         '{setup: $a, replay: $b, raw: $c, replays: $rs.runs, raws: $ws.runs}')"
+  local nkm
+  nkm=$(jq -c .median <<<"$ns")
+  row 1k "replay storm as row 1, consumer.prefetch_kick_ms=0 (librdkafka 2.0.2's fetch pauses)" \
+    "$(jget .messages_per_second "$nkm")" "$rw" up null \
+    "$(fmt "$(jget .messages_per_second "$nkm")") decisions/s median of $ROUNDS1 ($(jget .all "$ns"))" \
+    "$(fmt "$rw") msg/s raw_consumer (row 1's)" \
+    "$(jq -nc --argjson n "$N1" --argjson p $PARTS '{jobs: $n, partitions: $p, prefetch_kick_ms: 0}')" \
+    "$(jq -nc --argjson b "$nkm" --argjson ns "$ns" '{replay: $b, replays: $ns.runs}')"
   log "1b: replay of the kcat -P copies (no headers)"
   rep_b=$(DEDUPD_TOPICS__JOBS=$t.kcat DEDUPD_CONSUMER__GROUP_ID=$t.kcat run_dd "$d/replay_b.log" --shadow)
   [ "$(jget .duplicates "$rep_b")" = "$N1" ] || die "1b replay: expected $N1 duplicates, got: $rep_b"

@@ -58,6 +58,7 @@ struct cfg {
     char *sasl_username;
     char *sasl_password;
     char *group_id;
+    int64_t prefetch_kick_ms; /* consumer.prefetch_kick_ms, 0 = off */
     char *topic_jobs, *topic_results, *topic_conflicts, *topic_dlq;
     char *store_path;
     int64_t store_ops_ttl_ms, store_failed_ttl_ms, store_lease_ms;

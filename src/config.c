@@ -41,6 +41,14 @@ static const struct cfg_option cfg_options[] = {
      CFG_F_SECRET, "SASL password."},
     {"consumer.group_id", CFG_STR, CFG_OFF(group_id), 0, 0, "dedupd", "", 0,
      "Consumer group of the jobs topic."},
+    {"consumer.prefetch_kick_ms", CFG_INT, CFG_OFF(prefetch_kick_ms), 0, 1000,
+     "20", "ms", 0,
+     "While a backlog drains, wake librdkafka's fetcher at most this often "
+     "(one ListOffsets request to each fetching broker): librdkafka 2.0.2 "
+     "stops fetching at queued.min.messages / queued.max.messages.kbytes "
+     "and looks again only up to 1 s later, so a fast drain waits with "
+     "nothing fetched (librdkafka #2879). 0 = off (with librdkafka 2.2 or "
+     "later, kafka.fetch.queue.backoff.ms does this)."},
     {"topics.jobs", CFG_STR, CFG_OFF(topic_jobs), 0, 0, "scrape.jobs", "", 0,
      "Topic of scrape jobs (input)."},
     {"topics.results", CFG_STR, CFG_OFF(topic_results), 0, 0, "scrape.results",

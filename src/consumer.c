@@ -1636,6 +1636,8 @@ static void pipeline_init(struct pipeline *pl, const struct cfg *cfg,
     pl->clinfo = h->changelog;
     pl->restorer = h->restorer;
     pl->identity = changelog_identity_value(cfg);
+    if (cfg->prefetch_kick_ms > 0)
+        pl->kick = prefetch_kick_start(pl->rk, (int)cfg->prefetch_kick_ms);
     if (pl->fetch) {
         fetch_set_retry_hook(pl->fetch, on_fetch_retry, pl);
         fetch_set_done_hook(pl->fetch, on_fetch_done, pl);
@@ -1669,6 +1671,15 @@ static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
             batch[nb++] = rkm;
         }
     }
+    /* A backlog (a poll found a full batch waiting) until a poll finds
+     * nothing: while it drains, librdkafka's fetcher is woken when the
+     * queue runs low (consumer_kick.c). */
+    if (nb == POLL_BATCH || nb == room)
+        pl->backlog = true;
+    if (pl->backlog && !nb)
+        pl->backlog = false;
+    else if (pl->backlog)
+        prefetch_kick_poke(pl->kick);
     if (nb)
         handle_batch(pl, batch, nb);
     for (size_t i = 0; i < nb; i++)
@@ -1771,6 +1782,9 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
  * restart reclaims them. */
 static void pipeline_fini(struct pipeline *pl)
 {
+    pl->st->prefetch_kicks = prefetch_kick_count(pl->kick);
+    prefetch_kick_stop(pl->kick);
+    pl->kick = NULL;
     rd_kafka_consumer_close(pl->rk);
     consumer_out_acks_flush(pl);
     pl->h->consumer->pl = NULL;

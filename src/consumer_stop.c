@@ -180,7 +180,7 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             "\"misrouted\":%llu,\"results\":%llu,\"failed\":%llu,"
             "\"replayed_outbox\":%llu,\"fast_path\":%llu,\"fetch_attempts\":%llu,"
             "\"rotations\":%llu,\"throttled\":%llu,\"bytes\":%llu,"
-            "\"single_flight\":%llu,\"not_modified\":%llu,"
+            "\"single_flight\":%llu,\"not_modified\":%llu,\"prefetch_kicks\":%llu,"
             "\"seconds\":%.3f,\"messages_per_second\":%.1f,"
             "\"pipeline_cpu_seconds\":%.3f,"
             "\"pipeline_cpu_us_per_message\":%.1f}\n",
@@ -198,7 +198,8 @@ void consumer_stats_print(const struct consumer_stats *st, FILE *fp)
             (unsigned long long)st->rotations,
             (unsigned long long)st->throttled, (unsigned long long)st->bytes,
             (unsigned long long)st->single_flight,
-            (unsigned long long)st->not_modified, secs,
+            (unsigned long long)st->not_modified,
+            (unsigned long long)st->prefetch_kicks, secs,
             secs > 0 ? (double)st->consumed / secs : 0.0, st->pipeline_cpu_s,
             st->consumed ? st->pipeline_cpu_s * 1e6 / (double)st->consumed
                          : 0.0);
