@@ -18,7 +18,8 @@
  *
  *   {"topic":T,"partitions":P,"records":N,"bytes":B,"seconds":S,
  *    "records_per_second":R,"applied":A,"kept":K,"expired":E,
- *    "conflicts":C,"skipped":X,"from_start":F,"again":{...}}
+ *    "conflicts":C,"skipped":X,"from_start":F,"prefetch_kicks":K,
+ *    "again":{...}}
  *
  * seconds is changelog_restore()'s own wall time (st.ms: the watermark
  * queries, the fetches, store_restore_apply of every batch and the
@@ -119,11 +120,12 @@ static void print_stats(const struct changelog_restore_stats *st)
     printf("\"records\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"seconds\":%.3f,"
            "\"records_per_second\":%.1f,\"applied\":%" PRIu64 ",\"kept\":%"
            PRIu64 ",\"expired\":%" PRIu64 ",\"conflicts\":%" PRIu64
-           ",\"skipped\":%" PRIu64 ",\"from_start\":%zu",
+           ",\"skipped\":%" PRIu64 ",\"from_start\":%zu,"
+           "\"prefetch_kicks\":%" PRIu64,
            st->records, st->bytes, secs,
            secs > 0 ? (double)st->records / secs : 0.0, st->counts.applied,
            st->counts.kept, st->counts.expired, st->counts.conflicts,
-           st->counts.skipped, st->from_start);
+           st->counts.skipped, st->from_start, st->prefetch_kicks);
 }
 
 /** @returns the monotonic clock in ms. */

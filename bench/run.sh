@@ -12,8 +12,8 @@
 #       (produced again by `dedupd submit`, so they carry the dedupd-op-id /
 #       dedupd-request-hash headers): dedupd run --shadow decisions/s vs
 #       raw_consumer draining the same topic, medians of BENCH_ROUNDS1 (3)
-#       rounds in alternating order, each on a fresh copy of the jobs.
-#       Target 0.6.
+#       rounds in rotating order, each on a fresh copy of the jobs.
+#       Target 0.6.  Row 1k: the same replays with consumer.prefetch_kick_ms=0.
 #   1b  the same replay produced by `kcat -P` (no headers: every copy takes
 #       the full parse path).  Also: submit vs kcat -P produce rates.
 #   2a  new-claim path: N new jobs fetched from the local nginx origin
@@ -274,10 +274,11 @@ s1() {
   # BENCH_ROUNDS1 rounds (3), each on its own topic holding one copy of the
   # jobs (submitted again, so with the identity headers) read by its own
   # group (as 1b), so that every replay and every raw drain reads the same N
-  # messages; replay and drain in alternating order; the row takes the
+  # messages; the order of the runs rotates (below); the row takes the
   # medians (one round moved the ratio from 0.46 to 1.01 between sessions)
   # Each round also replays with consumer.prefetch_kick_ms=0 (row 1k: the
-  # same copy under another group, librdkafka's fetch pauses left as they are)
+  # same copy under another group, librdkafka 2.0.2's fetch pauses left as
+  # they are; include/prefetch_kick.h)
   local r tr reps=() raws=() nks=() rs ws ns rr rw nk
   replay_round() { # replay_round [GROUP_SUFFIX KICK_MS]
     DEDUPD_TOPICS__JOBS=$tr DEDUPD_CONSUMER__GROUP_ID=$tr${1:-} \
@@ -290,11 +291,12 @@ s1() {
     printf '%s\n' "shadow.$tr-changelog" "shadow.$tr.nokick-changelog" >>"$WORK/topics"
     log "1: round $r: submit again to $tr, replay, replay without the kick, raw drain"
     sub2=$(DEDUPD_TOPICS__JOBS=$tr submit "$d/jobs.ndjson" "$d/submit.log")
-    if [ $((r % 2)) = 1 ]; then
-      replay=$(replay_round); nk=$(replay_round .nokick 0); rawj=$(raw_drain "$tr")
-    else
-      rawj=$(raw_drain "$tr"); nk=$(replay_round .nokick 0); replay=$(replay_round)
-    fi
+    # the order rotates: over three rounds each run takes each place once
+    case $((r % 3)) in
+      1) replay=$(replay_round); nk=$(replay_round .nokick 0); rawj=$(raw_drain "$tr") ;;
+      2) nk=$(replay_round .nokick 0); rawj=$(raw_drain "$tr"); replay=$(replay_round) ;;
+      0) rawj=$(raw_drain "$tr"); replay=$(replay_round); nk=$(replay_round .nokick 0) ;;
+    esac
     [ "$(jget .duplicates "$replay")" = "$N1" ] || die "replay: expected $N1 duplicates, got: $replay"
     [ "$(jget .duplicates "$nk")" = "$N1" ] || die "replay (kick off): expected $N1 duplicates, got: $nk"
     [ "$(jget .prefetch_kicks "$nk")" = 0 ] || die "replay (kick off): kicked: $nk"

@@ -124,6 +124,8 @@ struct changelog_restore_stats {
     uint64_t bytes;          /**< their key and value bytes */
     int64_t ms;              /**< wall time of the restore */
     size_t from_start;       /**< partitions restored from the log start */
+    uint64_t prefetch_kicks; /**< prefetch kicks answered (prefetch_kick.h,
+                                  consumer.prefetch_kick_ms) */
     struct store_restore_counts counts; /**< what the store did with them */
 };
 

@@ -71,8 +71,9 @@ struct consumer_stats {
     uint64_t fetch_attempts, rotations, throttled, bytes;
     uint64_t single_flight; /**< ops served by another op's transfer */
     uint64_t not_modified;  /**< 304s answered from the stored body */
-    uint64_t prefetch_kicks; /**< wake-ups of librdkafka's fetcher while a
-                                  backlog drained (consumer.prefetch_kick_ms) */
+    uint64_t prefetch_kicks; /**< prefetch kicks the brokers answered
+                                  (prefetch_kick.h, consumer.prefetch_kick_ms):
+                                  one per drained prefetch queue at most */
     int64_t first_msg_ms, last_msg_ms;
     double pipeline_cpu_s;  /**< CPU time (user + system, seconds) of the
                                  thread that ran consumer_run since that

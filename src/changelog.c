@@ -17,6 +17,7 @@
 #include "key.h"
 #include "log.h"
 #include "metrics.h"
+#include "prefetch_kick.h"
 
 #define ADMIN_TIMEOUT_MS 30000
 #define DESCRIBE_TIMEOUT_MS 2000
@@ -454,6 +455,8 @@ struct restore {
     size_t nb;
     uint64_t expected;   /* records to read, by watermarks (ETA) */
     struct changelog_restore_stats *st;
+    struct prefetch_kick *kick; /* prefetch_kick.h, NULL when off */
+    size_t kick_n, kick_bytes;  /* polled since the last report to it */
 };
 
 static dd_err_t restore_flush(struct restore *rs, char *errstr,
@@ -624,6 +627,13 @@ static dd_err_t restore_consume(struct restore *rs, char *errstr,
         int64_t now = dd_now_ms();
         if (m) {
             last_progress = now;
+            /* reported per 256 messages: one queue-length read each */
+            rs->kick_n++;
+            rs->kick_bytes += m->len + m->key_len;
+            if (rs->kick_n == 256) {
+                prefetch_kick_polled(rs->kick, rs->kick_n, rs->kick_bytes);
+                rs->kick_n = rs->kick_bytes = 0;
+            }
             err = restore_msg(rs, m, errstr, errstr_size);
         } else if (rs->nb) {
             err = restore_flush(rs, errstr, errstr_size);
@@ -672,8 +682,11 @@ dd_err_t changelog_restore(struct changelog_restorer *r, struct store *store,
     }
     metrics_gauge_set(METRICS_PARTITIONS_RESTORING, (int64_t)rs->left);
     if (!err && rs->left) {
+        if (cfg->prefetch_kick_ms > 0)
+            rs->kick = prefetch_kick_start(r->rk, (int)cfg->prefetch_kick_ms);
         restore_assign(rs);
         err = restore_consume(rs, errstr, errstr_size);
+        st->prefetch_kicks = prefetch_kick_stop(rs->kick);
         rd_kafka_assign(r->rk, NULL);
     }
     int64_t now = dd_now_ms();

@@ -43,12 +43,13 @@ static const struct cfg_option cfg_options[] = {
      "Consumer group of the jobs topic."},
     {"consumer.prefetch_kick_ms", CFG_INT, CFG_OFF(prefetch_kick_ms), 0, 1000,
      "20", "ms", 0,
-     "While a backlog drains, wake librdkafka's fetcher at most this often "
-     "(one ListOffsets request to each fetching broker): librdkafka 2.0.2 "
-     "stops fetching at queued.min.messages / queued.max.messages.kbytes "
-     "and looks again only up to 1 s later, so a fast drain waits with "
-     "nothing fetched (librdkafka #2879). 0 = off (with librdkafka 2.2 or "
-     "later, kafka.fetch.queue.backoff.ms does this)."},
+     "Once the jobs consumer has drained a full prefetch queue, wake "
+     "librdkafka's fetcher (a ListOffsets request to each partition "
+     "leader), at most once per this interval: librdkafka 2.0.2 stops "
+     "fetching at queued.min.messages / queued.max.messages.kbytes and "
+     "looks again only up to 1 s later, so a fast drain waits with nothing "
+     "fetched (librdkafka #2879). 0 = off (librdkafka 2.2 and later offer "
+     "kafka.fetch.queue.backoff.ms instead, 1000 ms by default)."},
     {"topics.jobs", CFG_STR, CFG_OFF(topic_jobs), 0, 0, "scrape.jobs", "", 0,
      "Topic of scrape jobs (input)."},
     {"topics.results", CFG_STR, CFG_OFF(topic_results), 0, 0, "scrape.results",

@@ -1671,15 +1671,12 @@ static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
             batch[nb++] = rkm;
         }
     }
-    /* A backlog (a poll found a full batch waiting) until a poll finds
-     * nothing: while it drains, librdkafka's fetcher is woken when the
-     * queue runs low (consumer_kick.c). */
-    if (nb == POLL_BATCH || nb == room)
-        pl->backlog = true;
-    if (pl->backlog && !nb)
-        pl->backlog = false;
-    else if (pl->backlog)
-        prefetch_kick_poke(pl->kick);
+    if (pl->kick && nb) { /* wakes librdkafka's fetcher once drained */
+        size_t bytes = 0;
+        for (size_t i = 0; i < nb; i++)
+            bytes += batch[i]->len + batch[i]->key_len;
+        prefetch_kick_polled(pl->kick, nb, bytes);
+    }
     if (nb)
         handle_batch(pl, batch, nb);
     for (size_t i = 0; i < nb; i++)
@@ -1782,8 +1779,7 @@ static dd_err_t run_loop(struct pipeline *pl, char *errstr, size_t errstr_size)
  * restart reclaims them. */
 static void pipeline_fini(struct pipeline *pl)
 {
-    pl->st->prefetch_kicks = prefetch_kick_count(pl->kick);
-    prefetch_kick_stop(pl->kick);
+    pl->st->prefetch_kicks = prefetch_kick_stop(pl->kick);
     pl->kick = NULL;
     rd_kafka_consumer_close(pl->rk);
     consumer_out_acks_flush(pl);

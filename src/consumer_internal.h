@@ -1,6 +1,6 @@
 /*
  * INTERNAL to the consumer module (consumer.c, consumer_out.c,
- * consumer_rebalance.c, consumer_stop.c, consumer_kick.c): the
+ * consumer_rebalance.c, consumer_stop.c): the
  * pipeline's state, shared by the pipeline proper (poll, claim, hand-off,
  * completion, run) and its outgoing side (results, dead letters, conflict
  * reports and outbox replays kept until acknowledged; delivery reports; the
@@ -22,6 +22,7 @@
 #include "err.h"
 #include "job.h"
 #include "partitions.h"
+#include "prefetch_kick.h"
 #include "retry.h"
 #include "store.h"
 
@@ -257,9 +258,7 @@ struct pipeline {
     int32_t n_txn_offsets;
     long txn_fail_abort_after; /* failpoint DEDUPD_FAILPOINT_TXN_ABORT_AFTER */
     uint64_t txn_commits;
-    struct prefetch_kick *kick; /* consumer_kick.c, NULL when off */
-    bool backlog;         /* a poll found a full batch, none found nothing
-                             since (poll_batch) */
+    struct prefetch_kick *kick; /* prefetch_kick.h, NULL when off */
 };
 
 /* The jobs topic's consumer: librdkafka's rebalance callback reaches the
@@ -556,38 +555,5 @@ static inline void *consumer_scratch(struct dd_scratch *sc, size_t nmemb,
         dd_oom(what);
     return p;
 }
-
-/* ---- the prefetch kick (consumer_kick.c) ----------------------------------
- * librdkafka 2.0.2's fetcher stops fetching a partition whose local queue
- * holds queued.min.messages (or queued.max.messages.kbytes) and decides
- * again only when its broker thread next wakes, up to 1 s later; draining
- * the queue does not wake it (librdkafka #2879, fetch.queue.backoff.ms from
- * 2.2.0).  The kick sends the fetching brokers a ListOffsets request (an op
- * on their queues, which wakes their threads) while a backlog drains and
- * the consumer's queue runs low, at most once per interval, from a thread
- * of its own. */
-struct prefetch_kick;
-
-/* Start the kick thread for consumer \p rk (borrowed: it must outlive
- * prefetch_kick_stop), kicking at most once per \p interval_ms (>= 1).
- * @returns the kick, or NULL when no thread could be started (logged: the
- *          run goes on without it).
- * @locality the pipeline thread. */
-struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms);
-
-/* Ask for a kick when the consumer's queue (every assigned partition's
- * prefetched messages) holds fewer than queued.min.messages / 2; coalesced
- * with a kick already asked for; a no-op for NULL.  Does not wait for the
- * kick's request: a queue-length read and at most a mutex held for a flag.
- * @locality the pipeline thread. */
-void prefetch_kick_poke(struct prefetch_kick *k);
-
-/* Kicks sent so far (0 for NULL).  @locality any thread. */
-uint64_t prefetch_kick_count(const struct prefetch_kick *k);
-
-/* Stop and join the thread (waits for a kick in flight: one round trip,
- * at most 1 s) and free \p k; NULL is a no-op.
- * @locality the pipeline thread, before the consumer is closed. */
-void prefetch_kick_stop(struct prefetch_kick *k);
 
 #endif

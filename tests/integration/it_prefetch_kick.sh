@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The prefetch kick (consumer.prefetch_kick_ms, src/consumer_kick.c): while a
-# backlog drains, dedupd wakes librdkafka 2.0.2's fetcher, which otherwise
-# stops at queued.min.messages and looks again only up to 1 s later.
+# The prefetch kick (consumer.prefetch_kick_ms, include/prefetch_kick.h):
+# while a backlog drains, dedupd wakes librdkafka 2.0.2's fetcher, which
+# otherwise stops at queued.min.messages and looks again only up to 1 s later.
 #   - a backlog of 20,000 jobs read through a tiny prefetch queue
 #     (kafka.queued.min.messages=500: the fetcher stops and starts again
-#     dozens of times): every job decided once, one shadow result each, and
-#     the kick answered by the broker at least once (prefetch_kicks)
+#     dozens of times): every job decided once, one shadow result each, the
+#     kick answered by the broker at least once and at most once per drained
+#     queue (a drain takes at least 250 messages: <= 80)
+#   - a trickle (jobs submitted 40 at a time while dedupd runs) never fills
+#     the queue: no kick
 #   - consumer.prefetch_kick_ms=0 turns it off: the same jobs again, all
 #     duplicates, no kick
 # How much sooner the backlog drains is a benchmark (bench row 1 prints the
@@ -25,6 +28,7 @@ expect_eq "$(jq .new <<<"$stats")" $N "new ops"
 expect_eq "$(jq .results <<<"$stats")" $N "shadow results"
 kicks=$(jq .prefetch_kicks <<<"$stats")
 [ "$kicks" -ge 1 ] || fail "no prefetch kick while $N jobs drained through a 500-message queue"
+[ "$kicks" -le $((N / 250)) ] || fail "$kicks prefetch kicks: more than one per drained queue"
 ok "prefetch kicks: $kicks"
 expect_eq "$(topic_dump "shadow.$T.results" | jq -r .key | sort -u | wc -l)" $N \
   "distinct event_keys on shadow.$T.results"
@@ -36,3 +40,17 @@ echo "kick off: $stats"
 expect_eq "$(jq .duplicates <<<"$stats")" $N "duplicates"
 expect_eq "$(jq .prefetch_kicks <<<"$stats")" 0 "prefetch kicks with consumer.prefetch_kick_ms=0"
 expect_eq "$(topic_dump "shadow.$T.results" | wc -l)" $N "shadow results after the replay"
+
+# A trickle: 15 rounds of 40 new jobs, 150 ms apart, to a running dedupd.
+pages 1 | awk '{for (i = 1; i <= 600; i++) printf "{\"url\":\"%s&trickle=%d\"}\n", $0, i}' \
+  > "$WORK/trickle.ndjson"
+split -l 40 -d "$WORK/trickle.ndjson" "$WORK/trickle."
+DEDUPD_KAFKA__QUEUED__MIN__MESSAGES=500 IDLE_MS=3000 run_until_idle --shadow > "$WORK/trickle.stats" &
+runpid=$!
+sleep 2
+for f in "$WORK"/trickle.[0-9]*; do submit "$f" > /dev/null; sleep 0.15; done
+wait $runpid || fail "dedupd run (trickle) failed"
+stats=$(cat "$WORK/trickle.stats")
+echo "trickle: $stats"
+expect_eq "$(jq .new <<<"$stats")" 600 "trickle: new ops"
+expect_eq "$(jq .prefetch_kicks <<<"$stats")" 0 "trickle: prefetch kicks"
