@@ -615,6 +615,19 @@ s7() {
     "$(fmt "$(jget .records_per_second "$rb")") records/s ($(jget .records "$rb") in $(jget .seconds "$rb") s; again from the checkpoint: $(jget .again.records "$rb") records)" \
     "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer (wall $(jget .wall_seconds "$rawj") s)" "$in" \
     "$(jq -nc --argjson f "$fill" --argjson r "$rawj" --argjson b "$rb" '{fill: $f, raw: $r, restore_bench: $b}')"
+  log "7k: restore_bench with consumer.prefetch_kick_ms=0"
+  local rk
+  mkdir -p "$d/nokick"
+  rk=$(DEDUPD_CONSUMER__PREFETCH_KICK_MS=0 "$RESTB" -c "$CFG" -p 0 --dir "$d/nokick" 2>>"$d/restore.log") ||
+    die "restore_bench (kick off) failed: $rk $(grep -v '"info"' "$d/restore.log" | tail -n 3)"
+  [ "$(jget .records "$rk")" = "$(jget .records "$fill")" ] && [ "$(jget .prefetch_kicks "$rk")" = 0 ] ||
+    die "7k: restore_bench (kick off): $rk"
+  rm -rf "$d/nokick"
+  row 7k "changelog restore as row 7, consumer.prefetch_kick_ms=0 (librdkafka 2.0.2's fetch pauses)" \
+    "$(jget .records_per_second "$rk")" "$(jget .messages_per_second "$rawj")" up null \
+    "$(fmt "$(jget .records_per_second "$rk")") records/s ($(jget .records "$rk") in $(jget .seconds "$rk") s; row 7's kicks: $(jget .prefetch_kicks "$rb"))" \
+    "$(fmt "$(jget .messages_per_second "$rawj")") msg/s raw_consumer (row 7's)" "$in" \
+    "$(jq -nc --argjson b "$rk" '{restore_bench: $b}')"
   log "7b: dedupd run: time to ready"
   local t0 pid ms rl
   t0=$(now)

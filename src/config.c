@@ -43,7 +43,8 @@ static const struct cfg_option cfg_options[] = {
      "Consumer group of the jobs topic."},
     {"consumer.prefetch_kick_ms", CFG_INT, CFG_OFF(prefetch_kick_ms), 0, 1000,
      "20", "ms", 0,
-     "Once the jobs consumer has drained a full prefetch queue, wake "
+     "Once the jobs consumer or a changelog restore has drained a full "
+     "prefetch queue, wake "
      "librdkafka's fetcher (a ListOffsets request to each partition "
      "leader), at most once per this interval: librdkafka 2.0.2 stops "
      "fetching at queued.min.messages / queued.max.messages.kbytes and "
