@@ -847,7 +847,7 @@ s13p() {
 }
 
 # ---- run ------------------------------------------------------------------------------
-declare -A ROWS_OF=([1]="1 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b 6c" [7]="7 7b"
+declare -A ROWS_OF=([1]="1 1k 1b" [2]="2a 2b" [3]="3a 3b" [4]="4a 4b" [5]="5 5b" [6]="6 6b 6c" [7]="7 7k 7b"
   [13p]="13p-0 13p-0b 13p-0c 13p-1 13p-2 13p-3 13p-4")
 if [ "$QUICK" = 0 ] && [[ $STORE_SIZES == *,* ]]; then ROWS_OF[4]="4a 4b 4c 4d"; fi
 declare -A TITLE=([1]="replay storm" [2]="new-claim path" [3]="through a proxy" [4]="store"

@@ -27,11 +27,17 @@
  * the kick's own thread.
  *
  * When: once per fill and drain of the queue.  After each poll the
- * consumer reports what it took (prefetch_kick_polled); the queue is "full"
- * once it holds half of either threshold (the bytes estimated from the
- * messages' average size), and the kick is asked for when a full queue has
- * drained below both halves.  A trickle never fills it; a consumer at
- * capacity keeps it full; a 1M-message replay kicks about 20 times.
+ * consumer reports what it took (prefetch_kick_polled); the queue counts as
+ * "full" once it held half of either threshold before a poll (its length
+ * then is the length now plus what the poll took; the bytes are estimated
+ * from the values' average size, as librdkafka counts only values), and a
+ * kick is asked for when a full queue has drained below both halves.  The
+ * length is librdkafka's count of the consumer queue's events: messages,
+ * and the few partition-EOF, error and rebalance events among them.  A
+ * trickle never fills it; a consumer at capacity keeps it full; a
+ * 1M-message replay kicks 12 to 20 times.  Kicks that were not needed (a
+ * fetch response that took the queue past half but not to the threshold)
+ * cost one ListOffsets round trip each.
  */
 #ifndef DEDUPD_PREFETCH_KICK_H
 #define DEDUPD_PREFETCH_KICK_H
@@ -46,22 +52,25 @@ struct prefetch_kick;
  * prefetch_kick_stop; a consumer with a group.id, whose consumer queue
  * rd_kafka_queue_get_consumer returns), at most one kick per
  * \p interval_ms (>= 1).  The thresholds are read from \p rk's
- * configuration (queued.min.messages, queued.max.messages.kbytes).
+ * configuration (queued.min.messages, queued.max.messages.kbytes; half
+ * of queued.min.messages is taken as at least 1).
  * @returns the kick, or NULL when \p rk has no consumer queue or no thread
  *          could be started (logged as a warning: the consumer runs on
  *          without it).
  * @locality the consumer's thread (the one that polls). */
 struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms);
 
-/** Report one poll: \p n messages taken, \p bytes their keys' and values'
- * sizes.  Reads the consumer queue's length (one librdkafka queue lock) and
+/** Report one poll (or several: the restore reports every 256 messages):
+ * \p n messages taken, \p bytes their values' sizes.  Reads the consumer queue's length (one librdkafka queue lock) and
  * asks for a kick when a full queue has drained (see above); never waits
  * for the kick's request.  A no-op for NULL or \p n == 0.
  * @locality the consumer's thread (the one that polls), only. */
 void prefetch_kick_polled(struct prefetch_kick *k, size_t n, size_t bytes);
 
-/** Stop and join the kick's thread (it waits for a kick in flight: at most
- * 250 ms) and free \p k.  NULL is a no-op (returns 0).
+/** Stop and join the kick's thread and free \p k.  It waits for a kick in
+ * flight: rd_kafka_assignment (librdkafka's main thread answers it, no
+ * timeout), then the leaders' look-up and the ListOffsets request, up to
+ * 250 ms each.  NULL is a no-op (returns 0).
  * @returns the kicks the brokers answered (each a ListOffsets round trip
  *          per leader through the fetching broker threads).
  * @locality the consumer's thread, before the consumer is closed. */

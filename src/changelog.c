@@ -629,7 +629,7 @@ static dd_err_t restore_consume(struct restore *rs, char *errstr,
             last_progress = now;
             /* reported per 256 messages: one queue-length read each */
             rs->kick_n++;
-            rs->kick_bytes += m->len + m->key_len;
+            rs->kick_bytes += m->len;
             if (rs->kick_n == 256) {
                 prefetch_kick_polled(rs->kick, rs->kick_n, rs->kick_bytes);
                 rs->kick_n = rs->kick_bytes = 0;

@@ -1674,7 +1674,7 @@ static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
     if (pl->kick && nb) { /* wakes librdkafka's fetcher once drained */
         size_t bytes = 0;
         for (size_t i = 0; i < nb; i++)
-            bytes += batch[i]->len + batch[i]->key_len;
+            bytes += batch[i]->len;
         prefetch_kick_polled(pl->kick, nb, bytes);
     }
     if (nb)

@@ -11,7 +11,7 @@
 #include "dd.h"
 #include "log.h"
 
-/* A kick's round trip at most; bounds prefetch_kick_stop's wait. */
+/* The leader look-up's and the request's timeout (each). */
 #define KICK_TIMEOUT_MS 250
 
 struct prefetch_kick {
@@ -22,7 +22,7 @@ struct prefetch_kick {
     /* the consumer's thread only (prefetch_kick_polled) */
     int64_t half_msgs;        /* queued.min.messages / 2 */
     uint64_t half_bytes;      /* queued.max.messages.kbytes * 1024 / 2 */
-    uint64_t seen_msgs, seen_bytes; /* for the average message size */
+    uint64_t seen_msgs, seen_bytes; /* for the average value size */
     bool full;                /* the queue held half of a threshold since
                                  the last kick was asked for */
     /* the kick's thread and the poke */
@@ -111,6 +111,8 @@ struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms)
     k->interval_ms = interval_ms > 0 ? interval_ms : 1;
     /* librdkafka 2.0.2's defaults: 100000 messages, 65536 KB */
     k->half_msgs = conf_int(rk, "queued.min.messages", 100000) / 2;
+    if (k->half_msgs < 1)
+        k->half_msgs = 1;
     k->half_bytes =
         (uint64_t)conf_int(rk, "queued.max.messages.kbytes", 65536) * 512u;
     pthread_condattr_t ca;
@@ -139,13 +141,15 @@ void prefetch_kick_polled(struct prefetch_kick *k, size_t n, size_t bytes)
         return;
     k->seen_msgs += n;
     k->seen_bytes += bytes;
+    uint64_t avg = k->seen_bytes / k->seen_msgs;
     int64_t len = (int64_t)rd_kafka_queue_length(k->queue);
-    uint64_t est = (uint64_t)len * (k->seen_bytes / k->seen_msgs);
-    if (len >= k->half_msgs || est >= k->half_bytes) {
+    /* full: what the queue held before this poll took its n (one poll may
+     * take it from the stop threshold to below half); drained: what it
+     * holds now */
+    int64_t before = len + (int64_t)n;
+    if (before >= k->half_msgs || (uint64_t)before * avg >= k->half_bytes)
         k->full = true;
-        return;
-    }
-    if (!k->full)
+    if (!k->full || len >= k->half_msgs || (uint64_t)len * avg >= k->half_bytes)
         return;
     k->full = false;
     pthread_mutex_lock(&k->lock);
