@@ -88,6 +88,8 @@ enum metrics_counter {
     METRICS_RELEASES,                /**< dedupd_releases_total */
     METRICS_TXN_COMMITTED,           /**< dedupd_transactions_committed_total */
     METRICS_TXN_ABORTED,             /**< dedupd_transactions_aborted_total */
+    METRICS_PREFETCH_KICKS,          /**< dedupd_prefetch_kicks_total
+                                          (prefetch_kick.h) */
     METRICS_COUNTER__N
 };
 

@@ -94,6 +94,8 @@ static const struct family_desc counter_desc[METRICS_COUNTER__N] = {
         "exactly_once: transactions committed (results, records and offsets made visible)."},
     [METRICS_TXN_ABORTED] = {"dedupd_transactions_aborted_total",
         "exactly_once: transactions aborted (the local copy was dropped and restored from the changelog)."},
+    [METRICS_PREFETCH_KICKS] = {"dedupd_prefetch_kicks_total",
+        "Wake-ups of librdkafka's fetcher answered by the brokers, sent once a full prefetch queue drained (consumer.prefetch_kick_ms)."},
 };
 
 static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {

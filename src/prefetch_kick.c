@@ -10,6 +10,7 @@
 
 #include "dd.h"
 #include "log.h"
+#include "metrics.h"
 
 /* The leader look-up's and the request's timeout (each). */
 #define KICK_TIMEOUT_MS 250
@@ -46,8 +47,10 @@ static void kick_once(struct prefetch_kick *k)
         for (int i = 0; i < a->cnt; i++)
             a->elems[i].offset = -1; /* a timestamp: -1 is the latest */
         e = rd_kafka_offsets_for_times(k->rk, a, KICK_TIMEOUT_MS);
-        if (!e)
+        if (!e) {
             atomic_fetch_add_explicit(&k->kicks, 1, memory_order_relaxed);
+            metrics_add(METRICS_PREFETCH_KICKS, 1);
+        }
     }
     if (e)
         log_msg(LOG_DEBUG, "consumer", "prefetch kick: %s",
