@@ -60,7 +60,8 @@ struct prefetch_kick;
  * @locality the consumer's thread (the one that polls). */
 struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms);
 
-/** Report one poll (or several: the restore reports every 256 messages):
+/** Report one poll (or several: the restore reports each batch it applies,
+ * up to 512 messages):
  * \p n messages taken, \p bytes their values' sizes.  Reads the consumer queue's length (one librdkafka queue lock) and
  * asks for a kick when a full queue has drained (see above); never waits
  * for the kick's request.  A no-op for NULL or \p n == 0.

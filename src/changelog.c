@@ -456,13 +456,18 @@ struct restore {
     uint64_t expected;   /* records to read, by watermarks (ETA) */
     struct changelog_restore_stats *st;
     struct prefetch_kick *kick; /* prefetch_kick.h, NULL when off */
-    size_t kick_n, kick_bytes;  /* polled since the last report to it */
 };
 
 static dd_err_t restore_flush(struct restore *rs, char *errstr,
                               size_t errstr_size)
 {
     dd_err_t err = DD_OK;
+    if (rs->kick && rs->nb) { /* each batch polled: one report */
+        size_t bytes = 0;
+        for (size_t i = 0; i < rs->nb; i++)
+            bytes += rs->msgs[i]->len;
+        prefetch_kick_polled(rs->kick, rs->nb, bytes);
+    }
     if (rs->nb)
         err = store_restore_apply(rs->store, rs->recs, rs->nb, dd_now_ms(),
                                   &rs->st->counts, errstr, errstr_size);
@@ -627,13 +632,6 @@ static dd_err_t restore_consume(struct restore *rs, char *errstr,
         int64_t now = dd_now_ms();
         if (m) {
             last_progress = now;
-            /* reported per 256 messages: one queue-length read each */
-            rs->kick_n++;
-            rs->kick_bytes += m->len;
-            if (rs->kick_n == 256) {
-                prefetch_kick_polled(rs->kick, rs->kick_n, rs->kick_bytes);
-                rs->kick_n = rs->kick_bytes = 0;
-            }
             err = restore_msg(rs, m, errstr, errstr_size);
         } else if (rs->nb) {
             err = restore_flush(rs, errstr, errstr_size);
@@ -687,6 +685,7 @@ dd_err_t changelog_restore(struct changelog_restorer *r, struct store *store,
         restore_assign(rs);
         err = restore_consume(rs, errstr, errstr_size);
         st->prefetch_kicks = prefetch_kick_stop(rs->kick);
+        rs->kick = NULL;
         rd_kafka_assign(r->rk, NULL);
     }
     int64_t now = dd_now_ms();
