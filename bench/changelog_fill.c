@@ -21,7 +21,7 @@
  * now + 72 h, one attempt, outbox sent.  All go to partition P.
  *
  * The producer is configured as dedupd's (kconf_new with enable.idempotence,
- * acks=all, linger.ms=5, zstd) plus big batches (batch.size 1 MB,
+ * acks=all, linger.ms=5, lz4) plus big batches (batch.size 1 MB,
  * batch.num.messages 10000, a queue of 1M messages).  Prints one JSON line:
  *
  *   {"topic":T,"partition":P,"records":N+1,"ops":N,"bytes":B,
@@ -124,7 +124,7 @@ static rd_kafka_t *producer_of(const struct cfg *cfg)
             !strcmp(cfg->kafka_names.v[i], "compression.codec"))
             codec = true;
     if (!codec)
-        rd_kafka_conf_set(c, "compression.type", "zstd", NULL, 0);
+        rd_kafka_conf_set(c, "compression.type", "lz4", NULL, 0);
     rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof(e));
     if (!rk) {

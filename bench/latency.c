@@ -233,7 +233,7 @@ int main(int argc, char **argv)
     setc(pc, "acks", "all");
     setc(pc, "partitioner", "murmur2_random");
     setc(pc, "linger.ms", "5");
-    setc(pc, "compression.type", "zstd");
+    setc(pc, "compression.type", "lz4");
     rd_kafka_t *prk = rd_kafka_new(RD_KAFKA_PRODUCER, pc, e, sizeof(e));
     if (!prk) {
         fprintf(stderr, "latency: %s\n", e);

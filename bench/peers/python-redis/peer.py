@@ -24,7 +24,7 @@ and this peer's own knobs:
   TTL_S                the claims' EX, default 86400
   FLUSH_BEFORE_COMMIT  1 (default): flush the producer before each commit
   BATCH                consume(num_messages=...), default 1000
-  COMPRESSION          the producer's compression.type, default zstd (dedupd's)
+  COMPRESSION          the producer's compression.type, default lz4 (dedupd's)
 
 Stdout: one JSON line {"peer", "consumed", "new", "duplicates", "seconds",
 "msgs_per_s", ...}; `seconds` runs from the return of the first non-empty
@@ -81,7 +81,7 @@ def main():
     ttl_s = env_int("TTL_S", 86400)
     flush_before_commit = env_int("FLUSH_BEFORE_COMMIT", 1) != 0
     batch = env_int("BATCH", 1000)
-    compression = os.environ.get("COMPRESSION") or "zstd"
+    compression = os.environ.get("COMPRESSION") or "lz4"
     name = "python-redis-pipelined" if pipeline else "python-redis-per-message"
 
     r = redis.Redis.from_url(redis_url)
