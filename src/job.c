@@ -1509,8 +1509,12 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
         goto out;
     }
     arena_begin();
-    root = json_loadb(payload, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
-                      &je);
+    /* the one-pass loader for the common jobs; jansson's lexer for the
+     * rest, and for every error's text */
+    root = jstr_load_object(payload, len);
+    if (!root)
+        root = json_loadb(payload, len,
+                          JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) {
         err = load_error(&je, errstr, errstr_size);
         goto out;

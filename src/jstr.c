@@ -509,3 +509,212 @@ dd_err_t jstr_body_literal(const void *p, size_t n, char **out,
     *out_len = (size_t)w + 2;
     return DD_OK;
 }
+
+/* ---------------------------------------------------------------------- */
+/* jstr_load_object                                                        */
+
+/* The loader's cursor: the bytes left, and the containers open around it. */
+struct jload {
+    const unsigned char *p, *end;
+    int depth;
+};
+
+#define JLOAD_MAX_DEPTH 32
+#define JLOAD_MAX_DIGITS 18 /* below json_int_t's 19 */
+
+static void jload_ws(struct jload *l)
+{
+    while (l->p < l->end
+           && (*l->p == ' ' || *l->p == '\n' || *l->p == '\r' || *l->p == '\t'))
+        l->p++;
+}
+
+/* A string without escapes: its bytes (between the quotes) at *s, *n. */
+static bool jload_string(struct jload *l, const char **s, size_t *n)
+{
+    if (l->p >= l->end || *l->p != '"')
+        return false;
+    const unsigned char *b = ++l->p;
+    size_t len = (size_t)(l->end - b);
+    size_t i = 0;
+    while (i < len) {
+        i = plain_run(b, i, len);
+        if (i == len)
+            break;
+        unsigned char c = b[i];
+        if (c == '"') {
+            *s = (const char *)b;
+            *n = i;
+            l->p = b + i + 1;
+            return true;
+        }
+        if (cls[c] == 0) { /* the tail plain_run leaves unchecked */
+            i++;
+            continue;
+        }
+        if (cls[c] != 3)
+            return false; /* an escape, a control character, not UTF-8 */
+        size_t k = utf8_len(b, i, len);
+        if (!k)
+            return false;
+        i += k;
+    }
+    return false; /* unterminated */
+}
+
+static json_t *jload_value(struct jload *l);
+
+static json_t *jload_object(struct jload *l)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    l->p++; /* '{' */
+    jload_ws(l);
+    if (l->p < l->end && *l->p == '}') {
+        l->p++;
+        return o;
+    }
+    for (;;) {
+        const char *k;
+        size_t klen;
+        jload_ws(l);
+        if (!jload_string(l, &k, &klen))
+            break;
+        jload_ws(l);
+        if (l->p >= l->end || *l->p != ':')
+            break;
+        l->p++;
+        json_t *v = jload_value(l);
+        if (!v)
+            break;
+        size_t had = json_object_size(o);
+        /* takes v, also on failure; a key seen before replaces its value
+         * (the size stays): jansson's JSON_REJECT_DUPLICATES refuses it */
+        if (json_object_setn_new_nocheck(o, k, klen, v)
+            || json_object_size(o) == had)
+            break;
+        jload_ws(l);
+        if (l->p < l->end && *l->p == ',') {
+            l->p++;
+            continue;
+        }
+        if (l->p < l->end && *l->p == '}') {
+            l->p++;
+            return o;
+        }
+        break;
+    }
+    json_decref(o);
+    return NULL;
+}
+
+static json_t *jload_array(struct jload *l)
+{
+    json_t *a = json_array();
+    if (!a)
+        return NULL;
+    l->p++; /* '[' */
+    jload_ws(l);
+    if (l->p < l->end && *l->p == ']') {
+        l->p++;
+        return a;
+    }
+    for (;;) {
+        json_t *v = jload_value(l);
+        if (!v || json_array_append_new(a, v))
+            break;
+        jload_ws(l);
+        if (l->p < l->end && *l->p == ',') {
+            l->p++;
+            continue;
+        }
+        if (l->p < l->end && *l->p == ']') {
+            l->p++;
+            return a;
+        }
+        break;
+    }
+    json_decref(a);
+    return NULL;
+}
+
+/* An integer of at most JLOAD_MAX_DIGITS digits, not "-0", no leading
+ * zero; a fraction or an exponent (a real) is not loaded here. */
+static json_t *jload_integer(struct jload *l)
+{
+    const unsigned char *q = l->p;
+    bool neg = q < l->end && *q == '-';
+    if (neg)
+        q++;
+    const unsigned char *d = q;
+    json_int_t v = 0;
+    while (q < l->end && *q >= '0' && *q <= '9') {
+        if (q - d < JLOAD_MAX_DIGITS)
+            v = v * 10 + (*q - '0');
+        q++;
+    }
+    size_t nd = (size_t)(q - d);
+    if (nd == 0 || nd > JLOAD_MAX_DIGITS || (*d == '0' && (nd > 1 || neg)))
+        return NULL;
+    if (q < l->end && (*q == '.' || *q == 'e' || *q == 'E'))
+        return NULL;
+    l->p = q;
+    return json_integer(neg ? -v : v);
+}
+
+static json_t *jload_literal(struct jload *l, const char *word, json_t *v)
+{
+    size_t n = strlen(word);
+    if ((size_t)(l->end - l->p) < n || memcmp(l->p, word, n))
+        return NULL;
+    l->p += n;
+    return v;
+}
+
+static json_t *jload_value(struct jload *l)
+{
+    jload_ws(l);
+    if (l->p >= l->end)
+        return NULL;
+    switch (*l->p) {
+    case '{':
+    case '[': {
+        if (++l->depth > JLOAD_MAX_DEPTH)
+            return NULL;
+        json_t *v = *l->p == '{' ? jload_object(l) : jload_array(l);
+        l->depth--;
+        return v;
+    }
+    case '"': {
+        const char *s;
+        size_t n;
+        return jload_string(l, &s, &n) ? json_stringn_nocheck(s, n) : NULL;
+    }
+    case 't':
+        return jload_literal(l, "true", json_true());
+    case 'f':
+        return jload_literal(l, "false", json_false());
+    case 'n':
+        return jload_literal(l, "null", json_null());
+    default:
+        return jload_integer(l);
+    }
+}
+
+json_t *jstr_load_object(const void *p, size_t n)
+{
+    struct jload l = {p, (const unsigned char *)p + n, 0};
+    jload_ws(&l);
+    if (l.p >= l.end || *l.p != '{')
+        return NULL;
+    json_t *v = jload_value(&l);
+    if (!v)
+        return NULL;
+    jload_ws(&l);
+    if (l.p != l.end) {
+        json_decref(v);
+        return NULL;
+    }
+    return v;
+}

@@ -235,6 +235,112 @@ START_TEST(test_jstr_dump_compact_leaves_reals_to_jansson)
 }
 END_TEST
 
+/* jstr_load_object against json_loadb: when it loads the bytes, jansson
+ * loads the same tree (json_equal) with its members in the same order (the
+ * compact dumps agree).  @returns whether it loaded them. */
+static bool check_load(const void *p, size_t n)
+{
+    json_t *a = jstr_load_object(p, n);
+    json_error_t je;
+    json_t *b = json_loadb(p, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (a) {
+        ck_assert_msg(b != NULL, "loaded what jansson refuses (%s): %.*s",
+                      je.text, (int)n, (const char *)p);
+        ck_assert(json_equal(a, b));
+        char *x = json_dumps(a, JSON_COMPACT | JSON_ENCODE_ANY);
+        char *y = json_dumps(b, JSON_COMPACT | JSON_ENCODE_ANY);
+        ck_assert_str_eq(x, y);
+        free(x);
+        free(y);
+    }
+    bool loaded = a != NULL;
+    json_decref(a);
+    json_decref(b);
+    return loaded;
+}
+
+START_TEST(test_jstr_load_object_cases)
+{
+    static const char *const loaded[] = {
+        "{}", " {\t\"a\" :\r\n1 } \n", "{\"\":\"\"}",
+        "{\"a\":[1,-2,true,false,null,{\"b\":\"\xc3\xa9\xe2\x82\xac\"}],\"c\":[]}",
+        "{\"url\":\"http://x/?a=1&b=2\",\"meta\":{\"n\":123456789012345678}}",
+        "{\"k\":-9,\"l\":0,\"m\":{\"n\":{\"o\":{}}}}",
+    };
+    for (size_t i = 0; i < sizeof(loaded) / sizeof(*loaded); i++)
+        ck_assert_msg(check_load(loaded[i], strlen(loaded[i])), "%s",
+                      loaded[i]);
+    /* left to jansson (which loads some and refuses the rest) */
+    static const char *const left[] = {
+        "{\"a\":1,\"a\":2}", "{\"a\":1.5}", "{\"a\":1e3}", "{\"a\":2E1}",
+        "{\"a\":-0}", "{\"a\":01}", "{\"a\":\"\\u00e9\"}", "{\"a\":\"\\\"\"}",
+        "{\"a\":\"x\ny\"}", "{\"a\":1234567890123456789}", "[1]", "\"a\"",
+        "\xef\xbb\xbf{}", "{} x", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
+        "{,}", "{\"a\":tru}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":-}", "{\"a\":[1,]}", "", " ", "{\"a\":nul}", "{\"a\":+1}",
+    };
+    for (size_t i = 0; i < sizeof(left) / sizeof(*left); i++)
+        ck_assert_msg(!check_load(left[i], strlen(left[i])), "%s", left[i]);
+    ck_assert(!check_load("{\"a\":\"b\0c\"}", 11)); /* a NUL */
+    /* 32 levels are loaded here, 33 left to jansson */
+    char deep[80];
+    for (int levels = 32; levels <= 33; levels++) {
+        size_t k = 0;
+        for (int i = 0; i < levels; i++)
+            k += (size_t)sprintf(deep + k, i ? "[" : "{\"a\":");
+        for (int i = 1; i < levels; i++)
+            deep[k++] = ']';
+        deep[k++] = '}';
+        ck_assert_int_eq(check_load(deep, k), levels == 32);
+    }
+}
+END_TEST
+
+START_TEST(test_jstr_load_object_random_matches_jansson)
+{
+    /* random trees written by jansson in several styles, then the same
+     * texts with one byte changed or cut short: whatever is loaded is what
+     * jansson loads, and the untouched compact and indented texts without
+     * an escape are loaded */
+    static const char edits[] = {'"', '\\', '0', '-', '.', 'e', ',', '}', ']',
+                                 ':', ' ', '\0', '\xc3', '\x80', '1', '{', 'n'};
+    static const size_t flags[] = {JSON_COMPACT, JSON_INDENT(2),
+                                   JSON_COMPACT | JSON_ENSURE_ASCII};
+    unsigned int seed = 1303;
+    size_t loaded = 0, edited_loaded = 0, total = 0;
+    for (int i = 0; i < 3000; i++) {
+        json_t *o = json_object();
+        for (int k = rand_r(&seed) % 5; k >= 0; k--) {
+            char key[8];
+            snprintf(key, sizeof(key), "k%d", rand_r(&seed) % 8);
+            json_object_set_new(o, key, random_value(&seed, 1, i % 4 == 0));
+        }
+        for (size_t f = 0; f < sizeof(flags) / sizeof(*flags); f++) {
+            char *t = json_dumps(o, flags[f]);
+            ck_assert(t != NULL);
+            size_t n = strlen(t);
+            total++;
+            bool plain = !strchr(t, '\\') && !strchr(t, '.');
+            bool got = check_load(t, n);
+            if (plain && !(flags[f] & JSON_ENSURE_ASCII) && i % 4 != 0)
+                ck_assert_msg(got, "not loaded: %s", t);
+            loaded += got;
+            char *m = strdup(t);
+            size_t at = (size_t)rand_r(&seed) % n;
+            m[at] = edits[rand_r(&seed) % (int)sizeof(edits)];
+            edited_loaded += check_load(m, n);
+            check_load(m, at);
+            free(m);
+            free(t);
+        }
+        json_decref(o);
+    }
+    /* not vacuous: most texts take the loader, and some edited ones too */
+    ck_assert_uint_gt(loaded, total / 3);
+    ck_assert_uint_gt(edited_loaded, 0);
+}
+END_TEST
+
 Suite *jstr_suite(void)
 {
     Suite *s = suite_create("jstr");
@@ -247,6 +353,8 @@ Suite *jstr_suite(void)
     tcase_add_test(tc, test_jstr_large_body);
     tcase_add_test(tc, test_jstr_dump_compact_matches_jansson);
     tcase_add_test(tc, test_jstr_dump_compact_leaves_reals_to_jansson);
+    tcase_add_test(tc, test_jstr_load_object_cases);
+    tcase_add_test(tc, test_jstr_load_object_random_matches_jansson);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -36,6 +36,8 @@
  *    reason by fuzz_check_text() (non-empty, UTF-8 by jstr_utf8_valid() and
  *    by jansson, no control character: it becomes the dedupd-error Kafka
  *    header, a log line and the API's JSON error body);
+ *  - jstr_load_object (job_parse's one-pass loader) loads only what
+ *    json_loadb loads, to the same tree with its members in the same order;
  *  - the conf changes identity only: a job accepted under one conf is
  *    accepted under the other, and one refused under both is refused with
  *    the same reason; one byte over max_job_bytes is refused.
@@ -46,6 +48,7 @@
 
 #include "fuzz_common.h"
 #include "job.h"
+#include "jstr.h"
 #include "key.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -344,6 +347,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         alt_variance, 3, alt_credentials, 3,
     };
     char e_def[DD_ERRSTR_SIZE], e_alt[DD_ERRSTR_SIZE];
+
+    /* job_parse loads with jstr_load_object first: what it loads is what
+     * jansson loads, members in the same order */
+    json_t *fast = jstr_load_object(data, size);
+    if (fast) {
+        json_error_t je;
+        json_t *slow = json_loadb((const char *)data, size,
+                                  JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                                  &je);
+        FUZZ_CHECK(slow != NULL, "jstr_load_object loaded what jansson "
+                   "refuses: %s", je.text);
+        char *x = json_dumps(fast, JSON_COMPACT | JSON_ENCODE_ANY);
+        char *y = json_dumps(slow, JSON_COMPACT | JSON_ENCODE_ANY);
+        FUZZ_CHECK(json_equal(fast, slow) && x && y && strcmp(x, y) == 0,
+                   "jstr_load_object and jansson differ: %s / %s",
+                   x ? x : "?", y ? y : "?");
+        free(x);
+        free(y);
+        json_decref(slow);
+        json_decref(fast);
+    }
 
     dd_err_t err_def = parse_one(&def, data, size, e_def);
     dd_err_t err_alt = parse_one(&alt, data, size, e_alt);
