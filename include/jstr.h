@@ -1,6 +1,8 @@
 /**
  * @file jstr.h
- * @brief The JSON string literal of a large byte string (a fetched body), fast.
+ * @brief JSON fast paths beside jansson: the string literal of a large byte
+ *        string (a fetched body), compact dumps, and a one-pass loader of
+ *        the common job objects (jstr_load_object).
  *
  * jansson stays the JSON library of dedupd; this module exists only because
  * json_stringn() + json_dumps() cost about 40 ns per byte of a page body
@@ -151,16 +153,19 @@ dd_err_t jstr_dump_compact(const struct json_t *v, bool sort_keys, char **out,
  *        anything outside the subset loaded here; the caller then calls
  *        json_loadb(), whose answer (the tree, or its error) is the one.
  *
- * What json_loadb(p, n, JSON_REJECT_DUPLICATES) gives for the same bytes,
+ * What json_loadb(p, n, JSON_REJECT_DUPLICATES) gives for the same bytes
+ * (with JSON_DECODE_ANY too: the same for an object),
  * built with jansson's own constructors (its allocator, json_set_alloc_funcs,
  * included): members in document order, strings as they are.  The subset
  * (RFC 8259): a top-level object, nesting up to 32 deep; strings with no
- * escape and no control character, UTF-8 (RFC 3629 section 4); integers of
+ * escape and no control character (U+0000..U+001F, section 7; DEL is
+ * allowed, as jansson does), UTF-8 (RFC 3629 section 4); integers of
  * at most 18 digits, no leading zero, not "-0"; true, false, null; JSON
  * whitespace.  NULL for everything else: a fraction or an exponent, an
  * escape, a duplicate key, a syntax error, out of memory.  jansson's lexer
- * reads a byte at a time through its stream functions (about 25,000
- * instructions for a 160-byte job); most jobs are in this subset.
+ * reads a byte at a time through its stream functions (json_loadb was about
+ * 25,000 instructions for a 160-byte job under callgrind, issue 13); most
+ * jobs are in this subset.
  * @param p Bytes, not NUL-terminated (borrowed).
  * @returns a new reference (json_decref()), or NULL as above.
  * @locality any thread; reentrant.

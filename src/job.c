@@ -144,6 +144,14 @@ static void arena_begin(void)
     arena.active = true;
 }
 
+/* Every block freed (a partial tree decref'd): its space is used again
+ * from the start, inside the same parse. */
+static void arena_rewind(void)
+{
+    if (arena.live == 0)
+        arena.used = 0;
+}
+
 static void arena_end(void)
 {
     arena.active = false;
@@ -1512,9 +1520,11 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
     /* the one-pass loader for the common jobs; jansson's lexer for the
      * rest, and for every error's text */
     root = jstr_load_object(payload, len);
-    if (!root)
+    if (!root) {
+        arena_rewind(); /* what the loader built before it gave up */
         root = json_loadb(payload, len,
                           JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    }
     if (!root) {
         err = load_error(&je, errstr, errstr_size);
         goto out;

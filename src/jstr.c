@@ -1,5 +1,7 @@
-/* jstr: JSON string literals of large byte strings (see jstr.h).
- * @locality any thread, every function: pure (constant tables only). */
+/* jstr: JSON fast paths beside jansson: string literals of large byte
+ * strings, compact dumps, the one-pass object loader (see jstr.h).
+ * @locality any thread, every function: reentrant (constant tables only;
+ * the loader and the dumps allocate through jansson's allocator). */
 #include "jstr.h"
 
 #include <jansson.h>
@@ -157,9 +159,10 @@ static inline size_t plain_run(const unsigned char *p, size_t i, size_t n)
     return i;
 }
 
-/* Append the literal of p[0..n) at w (room for 6 n + 2 bytes not needed:
- * the caller sized it by a first pass).  @returns the end, or NULL if the
- * bytes are refused. */
+/* Append the literal of p[0..n) at w, which has room for the literal
+ * (quoted_size) or for 6 n + 2 bytes, the most one takes: a step's 16-byte
+ * store lands inside either.  @returns the end, or NULL if the bytes are
+ * refused (some of the room written). */
 static char *quote_into(const unsigned char *p, size_t n, char *w)
 {
     static const char hex[] = "0123456789ABCDEF";
@@ -295,19 +298,19 @@ dd_err_t jstr_quote(const void *data, size_t n, char **out, size_t *out_len)
      * cut to the literal: a first pass to size it exactly cost as much as
      * the quoting itself (issue 13).  The room's untouched pages are never
      * faulted in; a refused body (not UTF-8, a NUL) stops the pass where it
-     * is found.  Past 1 MiB of input the literal is sized first, so that a
-     * large body never asks for six times its size (a strict overcommit
-     * policy would refuse that). */
-    size_t room = 6 * n + 3;
-    if (n > ((size_t)1 << 20)) {
-        room = quoted_size(data, n);
+     * is found.  Past 1 MiB of input, or when that room is refused (a
+     * strict overcommit policy), the literal is sized first. */
+    if (memchr(data, '\0', n)) /* most binary bodies: no room asked */
+        return DD_ERR_INVAL;
+    char *s = n <= ((size_t)1 << 20) ? malloc(6 * n + 3) : NULL;
+    if (!s) { /* large, or refused: the exact size */
+        size_t room = quoted_size(data, n);
         if (!room)
             return DD_ERR_INVAL;
-        room++; /* the NUL */
+        s = malloc(room + 1);
+        if (!s)
+            return DD_ERR_NOMEM;
     }
-    char *s = malloc(room);
-    if (!s)
-        return DD_ERR_NOMEM;
     char *w = quote_into(data, n, s);
     if (!w) {
         free(s);

@@ -139,7 +139,9 @@ START_TEST(test_jstr_large_body)
         /* both sizes end at a character boundary */
         ck_assert_uint_eq(n % 10, 0);
         check_same(p, n);
-        p[n - 1] = '\0';
+        p[n - 1] = '\0'; /* the NUL refuses it, and cuts a sequence */
+        check_same(p, n);
+        p[n - 2] = 'a';   /* the NUL alone, at the very end */
         check_same(p, n);
         free(p);
     }
@@ -266,6 +268,8 @@ START_TEST(test_jstr_load_object_cases)
         "{\"a\":[1,-2,true,false,null,{\"b\":\"\xc3\xa9\xe2\x82\xac\"}],\"c\":[]}",
         "{\"url\":\"http://x/?a=1&b=2\",\"meta\":{\"n\":123456789012345678}}",
         "{\"k\":-9,\"l\":0,\"m\":{\"n\":{\"o\":{}}}}",
+        "{\"max\":999999999999999999,\"min\":-999999999999999999}",
+        "{\"del\":\"\x7f\",\"long\":\"0123456789abcdef0123456789abcdef0\"}",
     };
     for (size_t i = 0; i < sizeof(loaded) / sizeof(*loaded); i++)
         ck_assert_msg(check_load(loaded[i], strlen(loaded[i])), "%s",
@@ -278,6 +282,9 @@ START_TEST(test_jstr_load_object_cases)
         "\xef\xbb\xbf{}", "{} x", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
         "{,}", "{\"a\":tru}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xed\xa0\x80\"}",
         "{\"a\":-}", "{\"a\":[1,]}", "", " ", "{\"a\":nul}", "{\"a\":+1}",
+        "{\"a\":-1234567890123456789}", "{\f\"a\":1}", "{\"a\":1\v}",
+        "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xf4\x90\x80\x80\"}",
+        "{\"a\":\"\xe2\x82\"}",
     };
     for (size_t i = 0; i < sizeof(left) / sizeof(*left); i++)
         ck_assert_msg(!check_load(left[i], strlen(left[i])), "%s", left[i]);
