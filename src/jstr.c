@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(JSTR_NO_SSE2)
 #include <emmintrin.h>
 #endif
 
@@ -111,52 +111,66 @@ static inline size_t run_len(uint64_t m)
  * zero count is the run (issue 13: quoting a 14 KB page went from 2.3 to
  * under 1 ns a byte on the pages of bench row 2a, a special byte every 22
  * bytes there).  Otherwise the word of special8. */
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(JSTR_NO_SSE2)
 #define SCAN_STEP 16
-static inline size_t scan_plain(const unsigned char *p, __m128i *v)
+struct scan_bytes {
+    __m128i v;
+};
+static inline size_t scan_plain(const unsigned char *p, struct scan_bytes *b)
 {
-    *v = _mm_loadu_si128((const __m128i *)(const void *)p);
+    b->v = _mm_loadu_si128((const __m128i *)(const void *)p);
     __m128i m = _mm_or_si128(
-        _mm_cmplt_epi8(*v, _mm_set1_epi8(0x20)),
-        _mm_or_si128(_mm_cmpeq_epi8(*v, _mm_set1_epi8('"')),
-                     _mm_cmpeq_epi8(*v, _mm_set1_epi8('\\'))));
+        _mm_cmplt_epi8(b->v, _mm_set1_epi8(0x20)),
+        _mm_or_si128(_mm_cmpeq_epi8(b->v, _mm_set1_epi8('"')),
+                     _mm_cmpeq_epi8(b->v, _mm_set1_epi8('\\'))));
     unsigned bits = (unsigned)_mm_movemask_epi8(m);
     return bits ? (size_t)__builtin_ctz(bits) : SCAN_STEP;
 }
-static inline void scan_store(char *w, const __m128i *v)
+static inline void scan_store(char *w, const struct scan_bytes *b)
 {
-    _mm_storeu_si128((__m128i *)(void *)w, *v);
+    _mm_storeu_si128((__m128i *)(void *)w, b->v);
 }
 #else
 #define SCAN_STEP 8
-static inline size_t scan_plain(const unsigned char *p, uint64_t *v)
+struct scan_bytes {
+    uint64_t v;
+};
+static inline size_t scan_plain(const unsigned char *p, struct scan_bytes *b)
 {
-    memcpy(v, p, 8);
+    memcpy(&b->v, p, 8);
     uint64_t m = special8(p);
     return m ? run_len(m) : SCAN_STEP;
 }
-static inline void scan_store(char *w, const uint64_t *v)
+static inline void scan_store(char *w, const struct scan_bytes *b)
 {
-    memcpy(w, v, 8);
+    memcpy(w, &b->v, 8);
 }
 #endif
 
-/* Plain bytes from p[i] on, a step at a time, up to n - SCAN_STEP at most.
+/* Plain bytes from p[i] on, a step at a time, up to n - SCAN_STEP at most;
+ * with \p w, each step's bytes are stored at *w too, which moves past the
+ * plain ones (the caller has room for a whole step: quote_into).
  * @returns the index of the first byte that is not plain or not checked. */
-static inline size_t plain_run(const unsigned char *p, size_t i, size_t n)
+static inline size_t scan_run(const unsigned char *p, size_t i, size_t n,
+                              char **w)
 {
     while (n - i >= SCAN_STEP) {
-#if defined(__SSE2__)
-        __m128i v;
-#else
-        uint64_t v;
-#endif
-        size_t k = scan_plain(p + i, &v);
+        struct scan_bytes b;
+        size_t k = scan_plain(p + i, &b);
+        if (w) {
+            scan_store(*w, &b);
+            *w += k;
+        }
         i += k;
         if (k < SCAN_STEP)
-            return i;
+            break;
     }
     return i;
+}
+
+static inline size_t plain_run(const unsigned char *p, size_t i, size_t n)
+{
+    return scan_run(p, i, n, NULL);
 }
 
 /* Append the literal of p[0..n) at w, which has room for the literal
@@ -175,19 +189,7 @@ static char *quote_into(const unsigned char *p, size_t n, char *w)
         /* a whole step is stored, the run's length kept: the rest of the
          * literal (a byte at least for each byte left, and the closing
          * quote) has room for it */
-        while (n - i >= SCAN_STEP) {
-#if defined(__SSE2__)
-            __m128i v;
-#else
-            uint64_t v;
-#endif
-            size_t k = scan_plain(p + i, &v);
-            scan_store(w, &v);
-            w += k;
-            i += k;
-            if (k < SCAN_STEP)
-                break;
-        }
+        i = scan_run(p, i, n, &w);
         if (i == n)
             break;
         unsigned char c = p[i];
@@ -567,78 +569,58 @@ static bool jload_string(struct jload *l, const char **s, size_t *n)
 
 static json_t *jload_value(struct jload *l);
 
-static json_t *jload_object(struct jload *l)
+/* One member of the open container \p c, added to it: a value for an
+ * array; for an object a key, ':' and a value, its key new to \p c (a key
+ * seen before would replace its value, the size staying: jansson's
+ * JSON_REJECT_DUPLICATES refuses it). */
+static bool jload_member(struct jload *l, json_t *c)
 {
-    json_t *o = json_object();
-    if (!o)
-        return NULL;
-    l->p++; /* '{' */
-    jload_ws(l);
-    if (l->p < l->end && *l->p == '}') {
-        l->p++;
-        return o;
-    }
-    for (;;) {
-        const char *k;
-        size_t klen;
-        jload_ws(l);
-        if (!jload_string(l, &k, &klen))
-            break;
-        jload_ws(l);
-        if (l->p >= l->end || *l->p != ':')
-            break;
-        l->p++;
+    if (json_is_array(c)) {
         json_t *v = jload_value(l);
-        if (!v)
-            break;
-        size_t had = json_object_size(o);
-        /* takes v, also on failure; a key seen before replaces its value
-         * (the size stays): jansson's JSON_REJECT_DUPLICATES refuses it */
-        if (json_object_setn_new_nocheck(o, k, klen, v)
-            || json_object_size(o) == had)
-            break;
-        jload_ws(l);
-        if (l->p < l->end && *l->p == ',') {
-            l->p++;
-            continue;
-        }
-        if (l->p < l->end && *l->p == '}') {
-            l->p++;
-            return o;
-        }
-        break;
+        return v && !json_array_append_new(c, v); /* takes v either way */
     }
-    json_decref(o);
-    return NULL;
+    const char *k;
+    size_t klen;
+    jload_ws(l);
+    if (!jload_string(l, &k, &klen))
+        return false;
+    jload_ws(l);
+    if (l->p >= l->end || *l->p != ':')
+        return false;
+    l->p++;
+    json_t *v = jload_value(l);
+    if (!v)
+        return false;
+    size_t had = json_object_size(c);
+    return !json_object_setn_new_nocheck(c, k, klen, v) /* takes v */
+           && json_object_size(c) > had;
 }
 
-static json_t *jload_array(struct jload *l)
+/* The object or array \p c (new, or NULL when it could not be made) from
+ * its opening byte at l->p to \p close. */
+static json_t *jload_container(struct jload *l, json_t *c, unsigned char close)
 {
-    json_t *a = json_array();
-    if (!a)
+    if (!c)
         return NULL;
-    l->p++; /* '[' */
+    l->p++; /* '{' or '[' */
     jload_ws(l);
-    if (l->p < l->end && *l->p == ']') {
+    if (l->p < l->end && *l->p == close) {
         l->p++;
-        return a;
+        return c;
     }
-    for (;;) {
-        json_t *v = jload_value(l);
-        if (!v || json_array_append_new(a, v))
-            break;
+    while (jload_member(l, c)) {
         jload_ws(l);
         if (l->p < l->end && *l->p == ',') {
             l->p++;
             continue;
         }
-        if (l->p < l->end && *l->p == ']') {
+        if (l->p < l->end && *l->p == close) {
             l->p++;
-            return a;
+            return c;
         }
         break;
     }
-    json_decref(a);
+    json_decref(c);
     return NULL;
 }
 
@@ -685,7 +667,8 @@ static json_t *jload_value(struct jload *l)
     case '[': {
         if (++l->depth > JLOAD_MAX_DEPTH)
             return NULL;
-        json_t *v = *l->p == '{' ? jload_object(l) : jload_array(l);
+        json_t *v = *l->p == '{' ? jload_container(l, json_object(), '}')
+                                 : jload_container(l, json_array(), ']');
         l->depth--;
         return v;
     }
