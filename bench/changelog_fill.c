@@ -114,7 +114,7 @@ static rd_kafka_t *producer_of(const struct cfg *cfg)
         "queue.buffering.max.kbytes", "1048576", NULL};
     char e[512];
     rd_kafka_conf_t *c = NULL;
-    if (kconf_new(cfg, false, fixed, &c, e, sizeof(e))) {
+    if (kconf_new(cfg, KCONF_PRODUCER, fixed, &c, e, sizeof(e))) {
         fprintf(stderr, "changelog_fill: %s\n", e);
         exit(1);
     }

@@ -17,9 +17,20 @@
 
 struct cfg;
 
+/** The client a kconf_new() configuration is for. */
+enum kconf_client {
+    KCONF_PRODUCER,       /**< a producer (also the Admin API's handles) */
+    KCONF_CONSUMER,       /**< a group consumer */
+    KCONF_ASSIGN_CONSUMER /**< a consumer without a group (assign() only):
+                               neither side's kafka.* properties */
+};
+
 /**
- * @brief Build a rd_kafka_conf_t from \p cfg (consumer-only kafka.* properties
- *        such as group.instance.id are left out unless \p consumer) plus \p fixed name/value pairs
+ * @brief Build a rd_kafka_conf_t for a \p client from \p cfg (a kafka.*
+ *        property that librdkafka 2.0.2's CONFIGURATION.md marks for the
+ *        other side only is left out: group.instance.id for a producer,
+ *        compression.type for a consumer; librdkafka would warn on each)
+ *        plus \p fixed name/value pairs
  *        (NULL-terminated array "name","value",...,NULL), which override
  *        kafka.* (they carry dedupd's guarantees, e.g. enable.idempotence).
  *        Names and values are librdkafka's (CONFIGURATION.md).
@@ -34,7 +45,7 @@ struct cfg;
  * @locality any thread.  The log callback it installs runs on librdkafka's
  *           threads.
  */
-dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
+dd_err_t kconf_new(const struct cfg *cfg, enum kconf_client client,
                    const char *const *fixed, rd_kafka_conf_t **out,
                    char *errstr, size_t errstr_size) DD_WUR;
 

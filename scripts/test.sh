@@ -10,7 +10,7 @@
 #      build-asan/dedupd (ctest passes DEDUPD_BIN).  Any sanitizer report fails
 #      the stage, also one from a dedupd whose exit code a test does not check.
 #   4. valgrind: each Check unit test binary of build/ under
-#      valgrind --leak-check=full (CK_FORK=no).  It takes about 7 minutes (RocksDB
+#      valgrind --leak-check=full (CK_FORK=no).  It takes about 19 minutes (RocksDB
 #      under memcheck), so it starts right after the build, in the background at
 #      nice 19 (CPU the other stages leave idle: the integration tests mostly
 #      wait on the broker), and the script waits for it at the end.

@@ -237,7 +237,7 @@ dd_err_t changelog_ensure(const struct cfg *cfg, struct changelog_info *info,
     memset(info, 0, sizeof(*info));
     info->delete_retention_ms = DELETE_RETENTION_MS;
     rd_kafka_conf_t *kc = NULL;
-    dd_err_t err = kconf_new(cfg, false, NULL, &kc, errstr, errstr_size);
+    dd_err_t err = kconf_new(cfg, KCONF_PRODUCER, NULL, &kc, errstr, errstr_size);
     if (err)
         return err;
     char ke[512], topic[CHANGELOG_TOPIC_MAX];
@@ -407,7 +407,8 @@ dd_err_t changelog_restorer_new(const struct cfg *cfg,
         "fetch.wait.max.ms", RESTORE_FETCH_WAIT_MS,
         NULL};
     rd_kafka_conf_t *kc = NULL;
-    dd_err_t err = kconf_new(cfg, false, fixed, &kc, errstr, errstr_size);
+    dd_err_t err = kconf_new(cfg, KCONF_ASSIGN_CONSUMER, fixed, &kc, errstr,
+                            errstr_size);
     if (err)
         return err;
     char ke[512];

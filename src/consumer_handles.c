@@ -82,7 +82,7 @@ static dd_err_t consumer_new(const struct cfg *cfg, struct consumer **out,
         eos ? "isolation.level" : NULL, "read_committed",
         NULL, NULL, NULL};
     rd_kafka_conf_t *kc = NULL;
-    dd_err_t err = kconf_new(cfg, true, fixed, &kc, errstr, errstr_size);
+    dd_err_t err = kconf_new(cfg, KCONF_CONSUMER, fixed, &kc, errstr, errstr_size);
     if (err)
         return err;
     /* Eager assignors only (DESIGN.md section 6): a cooperative one is

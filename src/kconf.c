@@ -17,21 +17,50 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac,
         log_write(level, "kafka", NULL, "%s: %s", fac, buf);
 }
 
-/* @locality any thread; pure. */
-static bool is_consumer_only(const char *name)
+/* Is \p name in \p names (NULL-terminated)?  @locality any thread; pure. */
+static bool in_names(const char *const *names, const char *name)
 {
-    static const char *const names[] = {
-        "group.id", "group.instance.id", "partition.assignment.strategy",
-        "session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
-        "auto.offset.reset", "enable.auto.commit", "auto.commit.interval.ms",
-        "enable.auto.offset.store", "fetch.min.bytes", "fetch.max.bytes",
-        "fetch.wait.max.ms", "queued.min.messages", "isolation.level",
-        "enable.partition.eof", "check.crcs", "group.protocol.type",
-        "max.partition.fetch.bytes", "queued.max.messages.kbytes", NULL};
     for (size_t i = 0; names[i]; i++)
         if (!strcmp(name, names[i]))
             return true;
     return false;
+}
+
+/* The properties librdkafka 2.0.2's CONFIGURATION.md marks C (consumer) and
+ * P (producer), callbacks left out (kafka.* sets strings): one kafka.* table
+ * serves both clients, and librdkafka warns (CONFWARN) for each property of
+ * the other side. */
+static bool is_consumer_only(const char *name)
+{
+    static const char *const names[] = {
+        "group.id", "group.instance.id", "partition.assignment.strategy",
+        "session.timeout.ms", "heartbeat.interval.ms", "group.protocol.type",
+        "coordinator.query.interval.ms", "max.poll.interval.ms",
+        "enable.auto.commit", "auto.commit.enable", "auto.commit.interval.ms",
+        "enable.auto.offset.store", "queued.min.messages",
+        "queued.max.messages.kbytes", "fetch.wait.max.ms",
+        "fetch.message.max.bytes", "max.partition.fetch.bytes",
+        "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms",
+        "offset.store.method", "isolation.level", "enable.partition.eof",
+        "check.crcs", "auto.offset.reset", "offset.store.path",
+        "offset.store.sync.interval.ms", "consume.callback.max.messages", NULL};
+    return in_names(names, name);
+}
+
+static bool is_producer_only(const char *name)
+{
+    static const char *const names[] = {
+        "transactional.id", "transaction.timeout.ms", "enable.idempotence",
+        "enable.gapless.guarantee", "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes", "queue.buffering.max.ms", "linger.ms",
+        "message.send.max.retries", "retries", "retry.backoff.ms",
+        "queue.buffering.backpressure.threshold", "compression.codec",
+        "compression.type", "compression.level", "batch.num.messages",
+        "batch.size", "delivery.report.only.error",
+        "sticky.partitioning.linger.ms", "request.required.acks", "acks",
+        "request.timeout.ms", "message.timeout.ms", "delivery.timeout.ms",
+        "queuing.strategy", "produce.offset.report", "partitioner", NULL};
+    return in_names(names, name);
 }
 
 /* @locality kconf_new's caller. */
@@ -46,7 +75,7 @@ static dd_err_t set1(rd_kafka_conf_t *c, const char *name, const char *value,
     return DD_OK;
 }
 
-dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
+dd_err_t kconf_new(const struct cfg *cfg, enum kconf_client client,
                    const char *const *fixed, rd_kafka_conf_t **out,
                    char *errstr, size_t errstr_size)
 {
@@ -60,9 +89,12 @@ dd_err_t kconf_new(const struct cfg *cfg, bool consumer,
                        errstr_size);
     }
     for (size_t i = 0; !err && i < cfg->kafka_names.n; i++) {
-        /* One kafka.* table serves both clients: consumer-only properties are
-         * not given to producers (librdkafka would warn on each). */
-        if (!consumer && is_consumer_only(cfg->kafka_names.v[i]))
+        /* One kafka.* table serves both clients: each gets the properties
+         * of its side and the common ones (librdkafka would warn on each
+         * of the other side's) */
+        const char *name = cfg->kafka_names.v[i];
+        if ((client != KCONF_CONSUMER && is_consumer_only(name))
+            || (client != KCONF_PRODUCER && is_producer_only(name)))
             continue;
         err = set1(c, cfg->kafka_names.v[i], cfg->kafka_values.v[i], "kafka.",
                    errstr, errstr_size);

@@ -407,7 +407,7 @@ static rd_kafka_t *cli_consumer_new(const struct cfg *cfg,
 {
     char e[DD_ERRSTR_SIZE], ke[512];
     rd_kafka_conf_t *kc = NULL;
-    if (kconf_new(cfg, true, fixed, &kc, e, sizeof(e))) {
+    if (kconf_new(cfg, KCONF_CONSUMER, fixed, &kc, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         return NULL;
     }
@@ -651,7 +651,7 @@ static int cmd_topics(int argc, char **argv)
         return EXIT_USAGE;
     char e[DD_ERRSTR_SIZE];
     rd_kafka_conf_t *kc = NULL;
-    if (kconf_new(cfg, false, NULL, &kc, e, sizeof(e))) {
+    if (kconf_new(cfg, KCONF_PRODUCER, NULL, &kc, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);
         cfg_destroy(cfg);
         return EXIT_USAGE;

@@ -72,7 +72,7 @@ static dd_err_t producer_create(const struct cfg *cfg, producer_dr_cb *dr,
     struct producer *p = dd_xcalloc(1, sizeof(*p), "producer");
     p->dr = dr;
     rd_kafka_conf_t *c = NULL;
-    dd_err_t err = kconf_new(cfg, false, fixed, &c, errstr, errstr_size);
+    dd_err_t err = kconf_new(cfg, KCONF_PRODUCER, fixed, &c, errstr, errstr_size);
     if (err) {
         free(p);
         return err;
