@@ -118,13 +118,6 @@ static rd_kafka_t *producer_of(const struct cfg *cfg)
         fprintf(stderr, "changelog_fill: %s\n", e);
         exit(1);
     }
-    bool codec = false;
-    for (size_t i = 0; i < cfg->kafka_names.n; i++)
-        if (!strcmp(cfg->kafka_names.v[i], "compression.type") ||
-            !strcmp(cfg->kafka_names.v[i], "compression.codec"))
-            codec = true;
-    if (!codec)
-        rd_kafka_conf_set(c, "compression.type", "lz4", NULL, 0);
     rd_kafka_conf_set_dr_msg_cb(c, dr_cb);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, c, e, sizeof(e));
     if (!rk) {

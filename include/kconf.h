@@ -30,7 +30,8 @@ enum kconf_client {
  *        property that librdkafka 2.0.2's CONFIGURATION.md marks for the
  *        other side only is left out: group.instance.id for a producer,
  *        compression.type for a consumer; librdkafka would warn on each)
- *        plus \p fixed name/value pairs
+ *        plus \p fixed name/value pairs.  A producer's codec is lz4
+ *        unless kafka.compression.type (or .codec) names another
  *        (NULL-terminated array "name","value",...,NULL), which override
  *        kafka.* (they carry dedupd's guarantees, e.g. enable.idempotence).
  *        Names and values are librdkafka's (CONFIGURATION.md).

@@ -61,12 +61,14 @@ struct prefetch_kick;
 struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms);
 
 /** Report one poll (or several: the restore reports each batch it applies,
- * up to 512 messages):
- * \p n messages taken, \p bytes their values' sizes.  Reads the consumer queue's length (one librdkafka queue lock) and
+ * up to 512 messages): the \p n messages taken, \p msgs (borrowed for the
+ * call; their values' sizes are summed).  Reads the consumer queue's
+ * length (one librdkafka queue lock) and
  * asks for a kick when a full queue has drained (see above); never waits
  * for the kick's request.  A no-op for NULL or \p n == 0.
  * @locality the consumer's thread (the one that polls), only. */
-void prefetch_kick_polled(struct prefetch_kick *k, size_t n, size_t bytes);
+void prefetch_kick_polled(struct prefetch_kick *k,
+                          rd_kafka_message_t *const *msgs, size_t n);
 
 /** Stop and join the kick's thread and free \p k.  It waits for a kick in
  * flight: rd_kafka_assignment (librdkafka's main thread answers it, no

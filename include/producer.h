@@ -3,8 +3,8 @@
  * @brief The Kafka producer of results, conflicts and dead letters.
  *
  * Idempotent (enable.idempotence=true, acks=all), lz4 compression unless
- * kafka.compression.type (or kafka.compression.codec) names another codec,
- * and the murmur2_random partitioner (the Java client's), so a key lands on the partition
+ * kafka.compression.type (or kafka.compression.codec) names another codec
+ * (kconf_new), and the murmur2_random partitioner (the Java client's), so a key lands on the partition
  * where a Java producer would put it.  Every message has a non-empty key.
  * Delivery reports are served by producer_poll() on the calling thread, which
  * calls the \p dr callback once per message with its opaque.

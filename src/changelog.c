@@ -463,12 +463,7 @@ static dd_err_t restore_flush(struct restore *rs, char *errstr,
                               size_t errstr_size)
 {
     dd_err_t err = DD_OK;
-    if (rs->kick && rs->nb) { /* each batch polled: one report */
-        size_t bytes = 0;
-        for (size_t i = 0; i < rs->nb; i++)
-            bytes += rs->msgs[i]->len;
-        prefetch_kick_polled(rs->kick, rs->nb, bytes);
-    }
+    prefetch_kick_polled(rs->kick, rs->msgs, rs->nb); /* one per batch */
     if (rs->nb)
         err = store_restore_apply(rs->store, rs->recs, rs->nb, dd_now_ms(),
                                   &rs->st->counts, errstr, errstr_size);

@@ -1671,12 +1671,8 @@ static void poll_batch(struct pipeline *pl, size_t room, int timeout_ms)
             batch[nb++] = rkm;
         }
     }
-    if (pl->kick && nb) { /* wakes librdkafka's fetcher once drained */
-        size_t bytes = 0;
-        for (size_t i = 0; i < nb; i++)
-            bytes += batch[i]->len;
-        prefetch_kick_polled(pl->kick, nb, bytes);
-    }
+    /* wakes librdkafka's fetcher once drained (NULL: off) */
+    prefetch_kick_polled(pl->kick, batch, nb);
     if (nb)
         handle_batch(pl, batch, nb);
     for (size_t i = 0; i < nb; i++)

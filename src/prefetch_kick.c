@@ -138,12 +138,14 @@ struct prefetch_kick *prefetch_kick_start(rd_kafka_t *rk, int interval_ms)
     return k;
 }
 
-void prefetch_kick_polled(struct prefetch_kick *k, size_t n, size_t bytes)
+void prefetch_kick_polled(struct prefetch_kick *k,
+                          rd_kafka_message_t *const *msgs, size_t n)
 {
     if (!k || !n)
         return;
     k->seen_msgs += n;
-    k->seen_bytes += bytes;
+    for (size_t i = 0; i < n; i++) /* values: what librdkafka counts */
+        k->seen_bytes += msgs[i]->len;
     uint64_t avg = k->seen_bytes / k->seen_msgs;
     int64_t len = (int64_t)rd_kafka_queue_length(k->queue);
     /* full: what the queue held before this poll took its n (one poll may

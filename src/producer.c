@@ -77,20 +77,6 @@ static dd_err_t producer_create(const struct cfg *cfg, producer_dr_cb *dr,
         free(p);
         return err;
     }
-    /* lz4 unless the operator chose another codec through kafka.*: on
-     * 14 KB HTML pages (bench row 2a, 10,000 jobs, two interleaved runs
-     * each) zstd's default level cost the process about 100 us more CPU
-     * a page than lz4 (4.45-4.83 s against 3.66-3.70 s) for 2,760-3,110
-     * against 3,910-3,950 results/s, and stored the results topic in
-     * 30.4 MB against lz4's 50.4 MB (150 MB of JSON); zstd at
-     * compression.level 1 sat between (3,340-3,450 results/s, 32.6 MB). */
-    bool has_codec = false;
-    for (size_t i = 0; i < cfg->kafka_names.n; i++)
-        if (!strcmp(cfg->kafka_names.v[i], "compression.type") ||
-            !strcmp(cfg->kafka_names.v[i], "compression.codec"))
-            has_codec = true;
-    if (!has_codec)
-        rd_kafka_conf_set(c, "compression.type", "lz4", NULL, 0);
     rd_kafka_conf_set_dr_msg_cb(c, dr_msg_cb);
     rd_kafka_conf_set_error_cb(c, error_cb);
     rd_kafka_conf_set_opaque(c, p);

@@ -11,18 +11,23 @@
 #include "config.h"
 #include "kconf.h"
 
-/* A cfg whose kafka.* sets one property of each side and a common one
- * (environment overrides only: no file). */
-static struct cfg *load_cfg(void)
+/* A cfg of the environment overrides \p env only (no file). */
+static struct cfg *load_env(char **env)
 {
-    char *env[] = {"DEDUPD_KAFKA__COMPRESSION__TYPE=zstd",
-                   "DEDUPD_KAFKA__GROUP__INSTANCE__ID=pod-7",
-                   "DEDUPD_KAFKA__CLIENT__ID=kconf-test", NULL};
     struct cfg *cfg = NULL;
     char err[DD_ERRSTR_SIZE];
     ck_assert_msg(cfg_load(NULL, env, &cfg, err, sizeof(err)) == DD_OK, "%s",
                   err);
     return cfg;
+}
+
+/* A cfg whose kafka.* sets one property of each side and a common one. */
+static struct cfg *load_cfg(void)
+{
+    char *env[] = {"DEDUPD_KAFKA__COMPRESSION__TYPE=zstd",
+                   "DEDUPD_KAFKA__GROUP__INSTANCE__ID=pod-7",
+                   "DEDUPD_KAFKA__CLIENT__ID=kconf-test", NULL};
+    return load_env(env);
 }
 
 /* The value \p name has in \p kc ("" when unset or unknown). */
@@ -76,12 +81,34 @@ START_TEST(test_kconf_fixed_pairs_win)
 }
 END_TEST
 
+START_TEST(test_kconf_producer_codec_lz4_unless_named)
+{
+    char *none[] = {NULL};
+    char *alias[] = {"DEDUPD_KAFKA__COMPRESSION__CODEC=zstd", NULL};
+    struct {
+        char **env;
+        const char *want;
+    } cases[] = {{none, "lz4"}, {alias, "zstd"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        struct cfg *cfg = load_env(cases[i].env);
+        rd_kafka_conf_t *kc = NULL;
+        char err[DD_ERRSTR_SIZE];
+        ck_assert_int_eq(kconf_new(cfg, KCONF_PRODUCER, NULL, &kc, err,
+                                   sizeof(err)), DD_OK);
+        ck_assert_str_eq(get(kc, "compression.codec"), cases[i].want);
+        rd_kafka_conf_destroy(kc);
+        cfg_destroy(cfg);
+    }
+}
+END_TEST
+
 Suite *kconf_suite(void)
 {
     Suite *s = suite_create("kconf");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_kconf_each_side_gets_its_properties);
     tcase_add_test(tc, test_kconf_fixed_pairs_win);
+    tcase_add_test(tc, test_kconf_producer_codec_lz4_unless_named);
     suite_add_tcase(s, tc);
     return s;
 }
