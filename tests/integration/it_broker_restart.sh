@@ -24,21 +24,37 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 stack=${DEDUPD_ROOT:-$(cd "$here/../.." && pwd)}/scripts/stack.sh
 BR_DIR=$(mktemp -d /tmp/dedupd-it-broker-restart.XXXX)
-br_port() { # a port nothing listens on now, other than $1
-  local p
+br_port() { # a port nothing is bound to now, other than $1, below the kernel's
+  # range for port-0 binds and outgoing connections (ip_local_port_range), as
+  # lib.sh's free_port (not yet sourced here): a port in that range can be taken
+  # by a connection of a test running beside between this pick and the bind
+  local p lo=32768 span
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+  span=$(( lo - 20000 ))
+  (( span >= 1000 )) || span=40000
   for _ in $(seq 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
-    [ "$p" != "${1:-}" ] && ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q . && { echo "$p"; return 0; }
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % span ))
+    [ "$p" != "${1:-}" ] && ! ss -Htan "sport = :$p" 2>/dev/null | grep -q . && { echo "$p"; return 0; }
   done
   echo "it_broker_restart: no free port" >&2; return 1
 }
-BR_PORT=$(br_port) BR_CPORT=$(br_port "$BR_PORT")
 br() { # stack.sh on the test's own broker
   DEDUPD_STACK_DIR=$BR_DIR KAFKA_PORT=$BR_PORT KAFKA_CONTROLLER_PORT=$BR_CPORT "$stack" "$@"
 }
 br_cleanup() { br kafka-down >/dev/null 2>&1 || true; rm -rf "$BR_DIR"; }
 trap br_cleanup EXIT
-br kafka-up 2>"$BR_DIR/up.log" || { tail -n 20 "$BR_DIR/up.log" >&2; echo "FAIL: the test's broker did not start" >&2; exit 1; }
+# The small race of any picked port remains: a bind that lost it is tried again
+# on two new ports (the broker's log names the cause), up to three times.
+for try in 1 2 3; do
+  BR_PORT=$(br_port) BR_CPORT=$(br_port "$BR_PORT")
+  br kafka-up 2>"$BR_DIR/up.log" && break
+  br kafka-down >/dev/null 2>&1 || true
+  if [ "$try" -lt 3 ] && grep -rqsE "Address already in use|is in use by another process" "$BR_DIR/up.log" "$BR_DIR"/*.log "$BR_DIR"/*/*.log; then
+    echo "it_broker_restart: port $BR_PORT or $BR_CPORT was taken; trying two others" >&2
+    continue
+  fi
+  tail -n 20 "$BR_DIR/up.log" >&2; echo "FAIL: the test's broker did not start" >&2; exit 1
+done
 # lib.sh (its topics made on this broker: KAFKA_PORT) sets an EXIT trap of its
 # own: its errors must not end this shell while it is sourced (the broker would
 # be left running); the topics are made again, checked, below.
