@@ -863,6 +863,10 @@ struct store_index_stats {
                                   included until purged) */
     uint64_t capacity;       /**< slots */
     uint64_t bytes;          /**< memory of the index */
+    uint64_t rehashes;       /**< segment rehashes: growths, shrinks and,
+                                  at the bound, purges (at most one per
+                                  segment per capacity / 16 refused
+                                  inserts) */
     bool complete;           /**< holds every live op_id (rebuild done, under
                                   its bound): absence is proven.  Once the
                                   bound was reached (or an ops write

@@ -537,6 +537,27 @@ START_TEST(test_store_index_full_segment_purges_expired_and_tombstones)
 }
 END_TEST
 
+/* A full segment of live entries purges at the first refused insert, then
+ * once per cap / 16 + 1 refusals (5 at 64 slots), not on every one: each
+ * purge rehashes the whole segment, and a rehash per insert took a shadow
+ * run at a full 64 MiB index from ~50k to ~500 new ops/s. */
+START_TEST(test_store_index_full_segment_purges_once_per_cap_sixteenths)
+{
+    store_index_destroy(g_ix);
+    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
+    ck_assert_ptr_nonnull(g_ix);
+    rebuilt();
+    fill(17, 1, 51, 5000, STORE_INDEX_UPSERT); /* live: nothing to purge */
+    uint64_t before = stats().rehashes;
+    fill(17, 1000, 100, 5000, STORE_INDEX_UPSERT); /* 100 refused */
+    struct store_index_stats st = stats();
+    ck_assert_uint_eq(st.entries, 51);
+    ck_assert(!st.complete);
+    /* purges at refusals 1, 6, 11, ..., 96: 20 */
+    ck_assert_uint_eq(st.rehashes - before, 20);
+}
+END_TEST
+
 /* Sized for expected_ops, then given back what the rebuild did not fill:
  * a segment at load below 0.65 shrinks to used * 10 / 7 + 16 slots. */
 START_TEST(test_store_index_rebuild_end_shrinks_underused_segments)
@@ -678,6 +699,7 @@ Suite *store_index_suite(void)
                    test_store_index_full_segment_purges_expired_and_tombstones);
     tcase_add_test(tc, test_store_index_rebuild_end_shrinks_underused_segments);
     tcase_add_test(tc, test_store_index_bound_caps_the_initial_size);
+    tcase_add_test(tc, test_store_index_full_segment_purges_once_per_cap_sixteenths);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("batches");
