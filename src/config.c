@@ -183,8 +183,9 @@ static const struct cfg_option cfg_options[] = {
      "dedupd-request-hash headers when the hot index proves them (fast path)."},
     {"store.index_max_bytes", CFG_INT, CFG_OFF(store_index_max_bytes), 0,
      INT64_C(68719476736), "67108864", "bytes", 0,
-     "Bound of the in-memory hot index (at most 64 bytes per op_id); past it "
-     "the index is only a cache."},
+     "Bound of the in-memory hot index (at most 64 bytes per op_id; the "
+     "default holds about 1.68M); past it the index is only a cache and "
+     "each new op's claim reads RocksDB."},
     {"limits.max_job_bytes", CFG_INT, CFG_OFF(limits_max_job_bytes), 256,
      INT64_C(104857600), "1048576", "bytes", 0, "Largest accepted job."},
     {"limits.max_result_bytes", CFG_INT, CFG_OFF(limits_max_result_bytes), 1024,

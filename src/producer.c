@@ -191,7 +191,10 @@ dd_err_t producer_send_to(struct producer *p, const char *topic,
                           const struct producer_header *hdrs, size_t n_hdrs,
                           void *opaque, char *errstr, size_t errstr_size)
 {
-    rd_kafka_headers_t *h = rd_kafka_headers_new(n_hdrs ? n_hdrs : 1);
+    /* no list for a record without headers (changelog records): NULL is
+     * "no headers" to rd_kafka_producev (librdkafka 2.0.2 rdkafka_msg.c),
+     * and the list is two allocations a message, freed at its report */
+    rd_kafka_headers_t *h = n_hdrs ? rd_kafka_headers_new(n_hdrs) : NULL;
     for (size_t i = 0; i < n_hdrs; i++)
         rd_kafka_header_add(h, hdrs[i].name, -1, hdrs[i].value, -1);
     rd_kafka_resp_err_t e = rd_kafka_producev(
@@ -203,7 +206,8 @@ dd_err_t producer_send_to(struct producer *p, const char *topic,
         RD_KAFKA_V_HEADERS(h),
         RD_KAFKA_V_OPAQUE(opaque), RD_KAFKA_V_END);
     if (e) {
-        rd_kafka_headers_destroy(h);
+        if (h)
+            rd_kafka_headers_destroy(h);
         dd_errstr_set(errstr, errstr_size, "produce to %s: %s", topic,
                       rd_kafka_err2str(e));
         return e == RD_KAFKA_RESP_ERR__QUEUE_FULL ? DD_ERR_TRANSIENT
