@@ -105,6 +105,7 @@ enum metrics_gauge {
     METRICS_START_TIME_SECONDS,    /**< dedupd_start_time_seconds (Unix s) */
     METRICS_PARTITIONS_RESTORING,  /**< dedupd_partitions_restoring */
     METRICS_PARTITIONS_ASSIGNED,   /**< dedupd_partitions_assigned */
+    METRICS_INDEX_COMPLETE,        /**< dedupd_index_complete: 0 or 1 */
     METRICS_GAUGE__N
 };
 

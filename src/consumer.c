@@ -1556,6 +1556,17 @@ static void update_gauges(struct pipeline *pl)
     struct store_index_stats is;
     store_index_stats_get(pl->store, &is);
     metrics_gauge_set(METRICS_INDEX_ENTRIES, (int64_t)is.entries);
+    metrics_gauge_set(METRICS_INDEX_COMPLETE, is.complete ? 1 : 0);
+    if (pl->index_was_complete && !is.complete)
+        log_msg(LOG_WARNING, "store",
+                "the hot index no longer holds every live op_id (%llu "
+                "entries, %llu bytes; store.index_max_bytes reached, or an "
+                "ops write failed): it is a cache until the next start, and "
+                "each new op's claim reads RocksDB (about half the new-op "
+                "rate measured); raise store.index_max_bytes (about 40 bytes "
+                "an op_id)",
+                (unsigned long long)is.entries, (unsigned long long)is.bytes);
+    pl->index_was_complete = is.complete;
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(pl->rk, &a) || !a)
         return;

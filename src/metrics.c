@@ -117,6 +117,10 @@ static const struct family_desc gauge_desc[METRICS_GAUGE__N] = {
         "Assigned partitions whose changelog restore is in progress."},
     [METRICS_PARTITIONS_ASSIGNED] = {"dedupd_partitions_assigned",
         "Partitions of the jobs topic assigned to this instance."},
+    [METRICS_INDEX_COMPLETE] = {"dedupd_index_complete",
+        "1 while the hot index holds every live op_id; 0 while it is rebuilt "
+        "at start-up, and once store.index_max_bytes is reached (new ops' "
+        "claims then read RocksDB)."},
 };
 
 struct hist_desc {

@@ -178,6 +178,7 @@ START_TEST(test_metrics_required_series_present_at_zero)
         "dedupd_ops_inflight",
         "dedupd_store_size_bytes",
         "dedupd_index_entries",
+        "dedupd_index_complete",
         "dedupd_ready",
         "dedupd_start_time_seconds",
     };

@@ -385,7 +385,7 @@ if jq -e '.panels | length > 0' "$dash" >/dev/null 2>&1; then
   for m in dedupd_jobs_total dedupd_fetch_attempts_total dedupd_rotations_total \
            dedupd_fetched_bytes_total dedupd_results_total dedupd_job_attempts_bucket \
            dedupd_lease_recoveries_total dedupd_outbox_pending dedupd_consumer_lag_messages \
-           dedupd_ops_inflight dedupd_index_entries dedupd_ready dedupd_fast_path_decisions_total \
+           dedupd_ops_inflight dedupd_index_entries dedupd_index_complete dedupd_ready dedupd_fast_path_decisions_total \
            dedupd_dlq_total dedupd_conflicts_reported_total; do
     grep -q "$m" <<<"$exprs" || missing+=("$m")
   done
