@@ -864,13 +864,17 @@ struct store_index_stats {
     uint64_t capacity;       /**< slots */
     uint64_t bytes;          /**< memory of the index */
     uint64_t rehashes;       /**< segment rehashes: growths, shrinks and,
-                                  at the bound, purges (at most one per
-                                  segment per capacity / 16 refused
-                                  inserts) */
+                                  at the bound, purges (after a purge that
+                                  freed under capacity / 16 slots, the next
+                                  one only after capacity / 16 + 1 more
+                                  refused inserts) */
     bool complete;           /**< holds every live op_id (rebuild done, under
                                   its bound): absence is proven.  Once the
                                   bound was reached (or an ops write
                                   failed) false until reopen */
+    bool off;                /**< off after an ops write failed: every
+                                  verdict is left to RocksDB until reopen */
+    bool rebuilding;         /**< its rebuild from the store is running */
     uint64_t hits, misses;   /**< per op_id looked up by store_claim,
                                   store_claim_batch (once per distinct
                                   op_id) and store_index_duplicate:

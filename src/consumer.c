@@ -1557,16 +1557,26 @@ static void update_gauges(struct pipeline *pl)
     store_index_stats_get(pl->store, &is);
     metrics_gauge_set(METRICS_INDEX_ENTRIES, (int64_t)is.entries);
     metrics_gauge_set(METRICS_INDEX_COMPLETE, is.complete ? 1 : 0);
-    if (pl->index_was_complete && !is.complete)
-        log_msg(LOG_WARNING, "store",
-                "the hot index no longer holds every live op_id (%llu "
-                "entries, %llu bytes; store.index_max_bytes reached, or an "
-                "ops write failed): it is a cache until the next start, and "
-                "each new op's claim reads RocksDB (about half the new-op "
-                "rate measured); raise store.index_max_bytes (about 40 bytes "
-                "an op_id)",
-                (unsigned long long)is.entries, (unsigned long long)is.bytes);
-    pl->index_was_complete = is.complete;
+    /* once a run, when the index stops being (or, rebuilt past its bound
+     * at start-up, never was) complete: both states last until reopen */
+    if (!is.complete && !is.rebuilding && !pl->index_warned) {
+        pl->index_warned = true;
+        if (is.off)
+            log_msg(LOG_WARNING, "store",
+                    "the hot index is off (an ops write failed: see the "
+                    "error logged then): every decision reads RocksDB until "
+                    "the next start");
+        else
+            log_msg(LOG_WARNING, "store",
+                    "the hot index is past store.index_max_bytes (%llu "
+                    "entries, %llu bytes): it no longer holds every live "
+                    "op_id and is a cache until the next start; each new "
+                    "op's claim reads RocksDB (about half the new-op rate "
+                    "measured); raise store.index_max_bytes (about 40 bytes "
+                    "an op_id)",
+                    (unsigned long long)is.entries,
+                    (unsigned long long)is.bytes);
+    }
     rd_kafka_topic_partition_list_t *a = NULL;
     if (rd_kafka_assignment(pl->rk, &a) || !a)
         return;

@@ -199,8 +199,8 @@ struct pipeline {
     int64_t last_activity_ms;
     int64_t next_renew_ms;
     int64_t next_gauges_ms;
-    bool index_was_complete; /* the hot index held every live op_id at a
-                                gauge update: its loss is logged once */
+    bool index_warned; /* the hot index's loss of completeness (past its
+                          bound, or off) is logged once a run */
     int64_t next_unpin_ms;    /* store_outbox_unpin_old: after a failure,
                                  not again before this */
     bool rechecking;      /* claim() of a held message: already counted */

@@ -338,17 +338,20 @@ static int seg_make_room(struct store_index *ix, struct idx_seg *g,
         if (!purge || g->fails++ % (g->cap / 16 + 1) != 0)
             return 1;
     }
+    uint64_t before = g->used;
     if (!seg_rehash(ix, g, ncap, purge ? now_ms : INT64_MIN))
         return -1;
-    if ((g->used + 1) * IDX_LOAD_DEN > g->cap * IDX_LOAD_NUM) {
-        /* still full: the next purge after cap / 16 more refusals.  The
-         * rehash zeroed fails, and fails 0 purges: without this every
-         * refused insert rehashed its whole segment (a full 64 MiB index
-         * took about 500 new ops/s, issue 13's 4M-op shadow run) */
-        if (at_bound)
-            g->fails = 1;
+    /* A purge at the bound that freed under cap / 16 slots: the next one
+     * after cap / 16 + 1 more refusals, so that a rehash of the whole
+     * segment is paid by at least cap / 16 inserts or refusals.  The
+     * rehash zeroed fails, and fails 0 purges: without this every refused
+     * insert rehashed its segment (a full 64 MiB index took about 500 new
+     * ops/s in issue 13's 4M-op shadow run), and a purge freeing a few
+     * expired entries at a time would recur every few inserts. */
+    if (at_bound && before - g->used < g->cap / 16)
+        g->fails = 1;
+    if ((g->used + 1) * IDX_LOAD_DEN > g->cap * IDX_LOAD_NUM)
         return 1;
-    }
     return 0;
 }
 
@@ -756,4 +759,6 @@ void store_index_stats_fill(struct store_index *ix,
     st->bytes = st->capacity * sizeof(struct store_index_entry)
                 + STORE_INDEX_SEGS * sizeof(struct idx_seg);
     st->complete = store_index_complete(ix);
+    st->off = atomic_load(&ix->off);
+    st->rebuilding = store_index_rebuilding(ix);
 }

@@ -558,6 +558,30 @@ START_TEST(test_store_index_full_segment_purges_once_per_cap_sixteenths)
 }
 END_TEST
 
+/* A purge at the bound that frees under cap / 16 slots (2 expired of 64)
+ * is not repeated at the next refusal: the next one waits for cap / 16 + 1
+ * more, so that a few expiries at a time cannot cost a whole-segment
+ * rehash every few inserts. */
+START_TEST(test_store_index_purge_freeing_little_waits_before_the_next)
+{
+    store_index_destroy(g_ix);
+    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
+    ck_assert_ptr_nonnull(g_ix);
+    rebuilt();
+    fill(18, 1, 2, 100, STORE_INDEX_UPSERT);    /* expired at 200 */
+    fill(18, 100, 49, 5000, STORE_INDEX_UPSERT); /* live: 51, full */
+    uint64_t before = stats().rehashes;
+    for (uint64_t i = 0; i < 5; i++) { /* 2 fit after the purge, 3 refused */
+        struct store_index_key k = spread(18, 1000 + i);
+        struct store_op op = op_of(STORE_OP_COMPLETE, 5000, H2);
+        store_index_put(g_ix, &k, &op, 200, STORE_INDEX_UPSERT);
+    }
+    struct store_index_stats st = stats();
+    ck_assert_uint_eq(st.entries, 51);
+    ck_assert_uint_eq(st.rehashes - before, 1);
+}
+END_TEST
+
 /* Sized for expected_ops, then given back what the rebuild did not fill:
  * a segment at load below 0.65 shrinks to used * 10 / 7 + 16 slots. */
 START_TEST(test_store_index_rebuild_end_shrinks_underused_segments)
@@ -700,6 +724,7 @@ Suite *store_index_suite(void)
     tcase_add_test(tc, test_store_index_rebuild_end_shrinks_underused_segments);
     tcase_add_test(tc, test_store_index_bound_caps_the_initial_size);
     tcase_add_test(tc, test_store_index_full_segment_purges_once_per_cap_sixteenths);
+    tcase_add_test(tc, test_store_index_purge_freeing_little_waits_before_the_next);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("batches");

@@ -27,7 +27,7 @@ BR_DIR=$(mktemp -d /tmp/dedupd-it-broker-restart.XXXX)
 br_port() { # a port nothing is bound to now, other than $1, below the kernel's
   # range for port-0 binds and outgoing connections (ip_local_port_range), as
   # lib.sh's free_port (not yet sourced here): a port in that range can be taken
-  # by a connection of a test running beside between this pick and the bind
+  # by any outgoing connection on the machine between this pick and the bind
   local p lo=32768 span
   read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
   span=$(( lo - 20000 ))
@@ -45,11 +45,16 @@ br_cleanup() { br kafka-down >/dev/null 2>&1 || true; rm -rf "$BR_DIR"; }
 trap br_cleanup EXIT
 # The small race of any picked port remains: a bind that lost it is tried again
 # on two new ports (the broker's log names the cause), up to three times.
+# (the broker's own logs: $BR_DIR/kafka/logs, emptied before each try so that a
+# bind error of an earlier try is not read again)
 for try in 1 2 3; do
-  BR_PORT=$(br_port) BR_CPORT=$(br_port "$BR_PORT")
+  BR_PORT=$(br_port) || exit 1
+  BR_CPORT=$(br_port "$BR_PORT") || exit 1
+  rm -f "$BR_DIR"/kafka/logs/*.log
   br kafka-up 2>"$BR_DIR/up.log" && break
   br kafka-down >/dev/null 2>&1 || true
-  if [ "$try" -lt 3 ] && grep -rqsE "Address already in use|is in use by another process" "$BR_DIR/up.log" "$BR_DIR"/*.log "$BR_DIR"/*/*.log; then
+  if [ "$try" -lt 3 ] && grep -qsE "Address already in use|is in use by another process" \
+       "$BR_DIR/up.log" "$BR_DIR"/kafka/logs/*.log; then
     echo "it_broker_restart: port $BR_PORT or $BR_CPORT was taken; trying two others" >&2
     continue
   fi
