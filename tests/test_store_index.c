@@ -470,13 +470,20 @@ START_TEST(test_store_index_segment_grows_by_half_past_load_four_fifths)
 }
 END_TEST
 
-/* At its bound (64 slots: 2048 bytes a segment) a segment refuses the
- * insert of a writer before the rebuild ends: the index is lossy. */
-START_TEST(test_store_index_full_segment_refuses_and_turns_lossy)
+/* The fixture's index replaced by one at its bound from the start: 64
+ * slots (2048 bytes) a segment, 51 entries before a segment is full. */
+static void small_index(void)
 {
     store_index_destroy(g_ix);
     g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
     ck_assert_ptr_nonnull(g_ix);
+}
+
+/* At its bound (64 slots: 2048 bytes a segment) a segment refuses the
+ * insert of a writer before the rebuild ends: the index is lossy. */
+START_TEST(test_store_index_full_segment_refuses_and_turns_lossy)
+{
+    small_index();
     fill(14, 1, 51, 5000, STORE_INDEX_UPSERT);
     ck_assert(!stats().complete);
     struct store_index_key k = key_in(14, 500, 12345);
@@ -493,9 +500,7 @@ END_TEST
 /* A cache fill into a full segment is dropped silently: nothing lost. */
 START_TEST(test_store_index_full_segment_drops_a_fill_and_stays_complete)
 {
-    store_index_destroy(g_ix);
-    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
-    ck_assert_ptr_nonnull(g_ix);
+    small_index();
     store_index_rebuild_end(g_ix, false, INT64_MIN, false);
     fill(15, 1, 51, 5000, STORE_INDEX_UPSERT);
     struct store_index_key k = key_in(15, 500, 12345);
@@ -512,9 +517,7 @@ END_TEST
  * make room; a miss then proves nothing before the purge time. */
 START_TEST(test_store_index_full_segment_purges_expired_and_tombstones)
 {
-    store_index_destroy(g_ix);
-    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
-    ck_assert_ptr_nonnull(g_ix);
+    small_index();
     rebuilt();
     fill(16, 1, 40, 100, STORE_INDEX_UPSERT);    /* expired at 200 */
     fill(16, 1000, 10, 5000, STORE_INDEX_UPSERT); /* live */
@@ -543,9 +546,7 @@ END_TEST
  * run at a full 64 MiB index from ~50k to ~500 new ops/s. */
 START_TEST(test_store_index_full_segment_purges_once_per_cap_sixteenths)
 {
-    store_index_destroy(g_ix);
-    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
-    ck_assert_ptr_nonnull(g_ix);
+    small_index();
     rebuilt();
     fill(17, 1, 51, 5000, STORE_INDEX_UPSERT); /* live: nothing to purge */
     uint64_t before = stats().rehashes;
@@ -564,9 +565,7 @@ END_TEST
  * rehash every few inserts. */
 START_TEST(test_store_index_purge_freeing_little_waits_before_the_next)
 {
-    store_index_destroy(g_ix);
-    g_ix = store_index_new((size_t)ALL_SLOTS * 32, 0, g_keys);
-    ck_assert_ptr_nonnull(g_ix);
+    small_index();
     rebuilt();
     fill(18, 1, 2, 100, STORE_INDEX_UPSERT);    /* expired at 200 */
     fill(18, 100, 49, 5000, STORE_INDEX_UPSERT); /* live: 51, full */
