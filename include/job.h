@@ -138,7 +138,9 @@ struct job_conf {
  * @param len      Length in bytes; above conf->max_job_bytes the job is
  *                 refused before parsing.
  * @param out      Out: the job, owned by the caller: job_destroy().  NULL on
- *                 failure.
+ *                 failure.  Always one block (struct job.one_block): the
+ *                 pieces it is built from (from the parse arena, when
+ *                 job_global_init installed it) are freed before return.
  * @param errstr   Optional (may be NULL): the reason, one sentence, when
  *                 invalid (clean UTF-8, see the preamble).
  * @param errstr_size  Size of \p errstr in bytes (DD_ERRSTR_SIZE).
@@ -177,7 +179,8 @@ dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
  *        when the thread ends) instead of one malloc
  *        and free per JSON value, key and buffer: jansson frees all of them
  *        before the parse returns, and the arena is reused once every one is
- *        freed.  Outside a parse, on a thread not parsing, and for what does
+ *        freed.  So do the job's own pieces (strings, header arrays, the
+ *        canonical request) before they are copied into its one block.  Outside a parse, on a thread not parsing, and for what does
  *        not fit, jansson allocates with malloc(3) as before
  *        (json_set_alloc_funcs(3), jansson's "Custom Memory Allocation").
  *        Not installed under AddressSanitizer or valgrind, whose checks of

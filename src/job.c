@@ -122,6 +122,29 @@ static void arena_free(void *p)
     free(p);
 }
 
+/* A job's own pieces during job_parse (they are copied into one block and
+ * freed before it returns): from the arena like jansson's, else malloc.
+ * Every piece of a job is freed with arena_free, which frees malloc's
+ * blocks with free(3), so a job built outside a parse is freed alike. */
+static void *arena_calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    void *p = arena_malloc(n * size);
+    if (p)
+        memset(p, 0, n * size);
+    return p;
+}
+
+static char *arena_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = arena_malloc(n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
+
 /* pthread key destructor, on the ending thread itself */
 static void arena_thread_end(void *base)
 {
@@ -430,7 +453,7 @@ static json_t *field(json_t *obj, const char *key)
 
 static char *dup_n(const char *s, size_t n)
 {
-    char *p = malloc(n + 1);
+    char *p = arena_malloc(n + 1);
     if (p) {
         memcpy(p, s, n);
         p[n] = '\0';
@@ -478,12 +501,12 @@ static dd_err_t b64_decode(const char *s, size_t len, unsigned char **out,
     if (pad == 1 && (b64val((unsigned char)s[len - 2]) & 0x03) != 0)
         goto bad;
 
-    unsigned char *buf = malloc(len / 4 * 3 + 1);
+    unsigned char *buf = arena_malloc(len / 4 * 3 + 1);
     if (!buf)
         return nomem(errstr, errstr_size);
     int n = len ? EVP_DecodeBlock(buf, (const unsigned char *)s, (int)len) : 0;
     if (n < 0 || (size_t)n < pad) {
-        free(buf);
+        arena_free(buf);
         goto bad;
     }
     *out_len = (size_t)n - pad;
@@ -589,15 +612,15 @@ static const char *rfc3339_normalize(const char *s, char out[RFC3339_MAX])
 
 static void request_fini(struct job_request *req)
 {
-    free(req->url);
-    free(req->normalized_url);
-    free(req->method);
+    arena_free(req->url);
+    arena_free(req->normalized_url);
+    arena_free(req->method);
     for (size_t i = 0; i < req->n_headers; i++) {
-        free(req->headers[i].name);
-        free(req->headers[i].value);
+        arena_free(req->headers[i].name);
+        arena_free(req->headers[i].value);
     }
-    free(req->headers);
-    free(req->body);
+    arena_free(req->headers);
+    arena_free(req->body);
     memset(req, 0, sizeof(*req));
 }
 
@@ -612,7 +635,7 @@ static dd_err_t parse_headers(json_t *obj, const char *prefix,
     size_t n = json_object_size(obj);
     if (n == 0)
         return DD_OK;
-    req->headers = calloc(n, sizeof(*req->headers));
+    req->headers = arena_calloc(n, sizeof(*req->headers));
     if (!req->headers)
         return nomem(errstr, errstr_size);
     const char *k;
@@ -649,11 +672,11 @@ static dd_err_t parse_headers(json_t *obj, const char *prefix,
                                "twice (names are case-insensitive)",
                                prefix, echo(k, e));
         struct job_header *h = &req->headers[req->n_headers];
-        h->name = strdup(k);
+        h->name = arena_strdup(k);
         h->value = dup_n(val, vlen);
         if (!h->name || !h->value) {
-            free(h->name);
-            free(h->value);
+            arena_free(h->name);
+            arena_free(h->value);
             h->name = h->value = NULL;
             return nomem(errstr, errstr_size);
         }
@@ -679,7 +702,7 @@ static dd_err_t parse_request(json_t *obj, const char *prefix,
     if (!json_is_string(v))
         return invalid(errstr, errstr_size, "field '%surl': must be a string",
                        prefix);
-    req->url = strdup(json_string_value(v));
+    req->url = arena_strdup(json_string_value(v));
     if (!req->url)
         return nomem(errstr, errstr_size);
     char why[DD_ERRSTR_SIZE] = "";
@@ -701,7 +724,7 @@ static dd_err_t parse_request(json_t *obj, const char *prefix,
                        "field '%smethod': '%s' is not an HTTP method token",
                        prefix, echo(m, e));
     }
-    req->method = strdup(m);
+    req->method = arena_strdup(m);
     if (!req->method)
         return nomem(errstr, errstr_size);
     for (char *p = req->method; *p; p++)
@@ -798,7 +821,7 @@ static dd_err_t parse_scope(json_t *v, struct job *job, char *errstr,
             return invalid(errstr, errstr_size,
                            "field 'scope': must match [A-Za-z0-9._-]{1,64}");
     }
-    job->scope = strdup(scope);
+    job->scope = arena_strdup(scope);
     if (!job->scope)
         return nomem(errstr, errstr_size);
     return DD_OK;
@@ -814,7 +837,7 @@ static dd_err_t parse_country(json_t *v, struct job *job, char *errstr,
         return invalid(errstr, errstr_size,
                        "field 'country': must be an ISO 3166-1 alpha-2 "
                        "code (two letters)");
-    job->country = malloc(3);
+    job->country = arena_malloc(3);
     if (!job->country)
         return nomem(errstr, errstr_size);
     job->country[0] = (char)toupper((unsigned char)c[0]);
@@ -833,7 +856,7 @@ static dd_err_t parse_scheduled_for(json_t *v, struct job *job, char *errstr,
                           : "must be an RFC 3339 date-time string";
     if (why)
         return invalid(errstr, errstr_size, "field 'scheduled_for': %s", why);
-    job->scheduled_for = strdup(norm);
+    job->scheduled_for = arena_strdup(norm);
     if (!job->scheduled_for)
         return nomem(errstr, errstr_size);
     return DD_OK;
@@ -849,7 +872,7 @@ static dd_err_t parse_rotation(json_t *v, struct job *job, char *errstr,
         return invalid(errstr, errstr_size,
                        "field 'rotation': must be sticky, timed or "
                        "per_request");
-    job->rotation = strdup(r);
+    job->rotation = arena_strdup(r);
     if (!job->rotation)
         return nomem(errstr, errstr_size);
     return DD_OK;
@@ -945,7 +968,7 @@ static const char *trimmed(const char *s, size_t *len)
 
 static char *lower_dup(const char *s)
 {
-    char *p = strdup(s);
+    char *p = arena_strdup(s);
     if (p)
         for (char *q = p; *q; q++)
             *q = (char)tolower((unsigned char)*q);
@@ -989,7 +1012,7 @@ static json_t *canonical_request(const struct job_conf *conf,
         } else if (is_variance_header(conf, h->name)) {
             ok = put(hdrs, lname, json_stringn(val, vlen));
         }
-        free(lname);
+        arena_free(lname);
     }
     key_sha256_hex(req->body ? (const void *)req->body : "", req->body_len,
                    hex);
@@ -1073,7 +1096,7 @@ static void cw_headers(struct jstr_buf *w, struct chdr *h, size_t n, bool digest
             return;
         }
         jstr_buf_quote(w, lname, h[i].nlen);
-        free(lname);
+        arena_free(lname);
         CW_LIT(w, ":");
         if (digest) {
             char hex[KEY_HEX_LEN + 1];
@@ -1094,7 +1117,7 @@ static void cw_request(struct jstr_buf *w, const struct job_conf *conf,
                        const struct job_request *req, const struct job *job,
                        size_t *obs_at)
 {
-    struct chdr *creds = calloc(2 * req->n_headers + 1, sizeof(*creds));
+    struct chdr *creds = arena_calloc(2 * req->n_headers + 1, sizeof(*creds));
     if (!creds) {
         w->err = DD_ERR_NOMEM;
         return;
@@ -1135,7 +1158,7 @@ static void cw_request(struct jstr_buf *w, const struct job_conf *conf,
     cw_str_or_null(w, req->normalized_url);
     if (job)
         CW_LIT(w, ",\"v\":1");
-    free(creds);
+    arena_free(creds);
 }
 
 /* The resource form and the canonical form of \p job (both malloc'd), as
@@ -1175,10 +1198,10 @@ static bool canonical_direct(const struct job_conf *conf,
     CW_LIT(&obs, ",");
     char *c = NULL;
     if (!w.err && !obs.err && jstr_buf_room(&w, 1))
-        c = malloc(w.len + obs.len + 1);
+        c = arena_malloc(w.len + obs.len + 1);
     if (!c) {
-        free(w.p);
-        free(obs.p);
+        arena_free(w.p);
+        arena_free(obs.p);
         return false;
     }
     memcpy(c, w.p, obs_at);
@@ -1186,7 +1209,7 @@ static bool canonical_direct(const struct job_conf *conf,
     memcpy(c + obs_at + obs.len, w.p + obs_at, w.len - obs_at);
     c[w.len + obs.len] = '\0';
     w.p[w.len] = '\0';
-    free(obs.p);
+    arena_free(obs.p);
     *resource = w.p;
     *canonical = c;
     return true;
@@ -1212,7 +1235,7 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
     if (!conf->canonical_tree && canonical_direct(conf, job, &resource,
                                                   &job->canonical)) {
         identity_of(job, resource);
-        free(resource);
+        arena_free(resource);
         return DD_OK;
     }
     json_t *root = json_object();
@@ -1259,11 +1282,11 @@ static dd_err_t derive_identity(const struct job_conf *conf, struct job *job,
         job->canonical = dump_compact(root, true);
     json_decref(root);
     if (!ok || !job->canonical) {
-        free(resource);
+        arena_free(resource);
         return nomem(errstr, errstr_size);
     }
     identity_of(job, resource);
-    free(resource);
+    arena_free(resource);
     return DD_OK;
 }
 
@@ -1332,7 +1355,7 @@ static dd_err_t parse_steps(json_t *root, json_t *steps, struct job *job,
                        "field 'steps': must be an array of 1..%d request "
                        "objects",
                        JOB_STEPS_MAX);
-    job->steps = calloc(n, sizeof(*job->steps));
+    job->steps = arena_calloc(n, sizeof(*job->steps));
     if (!job->steps)
         return nomem(errstr, errstr_size);
     for (size_t i = 0; i < n; i++) {
@@ -1488,7 +1511,7 @@ static struct job *job_one_block(const struct job *j)
     size_t head = ob_align(sizeof(*j));
     struct ob m = {NULL, 0, 0};
     ob_job(&m, NULL, j);
-    char *base = malloc(head + m.arr + m.w);
+    char *base = malloc(head + m.arr + m.w); /* outlives the parse */
     if (!base)
         return NULL;
     struct job *o = (struct job *)(void *)base;
@@ -1538,7 +1561,7 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
     if (err)
         goto out;
 
-    job = calloc(1, sizeof(*job));
+    job = arena_calloc(1, sizeof(*job));
     if (!job) {
         err = nomem(errstr, errstr_size);
         goto out;
@@ -1558,13 +1581,13 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
         goto out;
     /* one block instead of a dozen: one free when its op ends, on
      * whichever thread that is, and the job's bytes side by side */
+    /* the job's pieces may be in the arena: only the one block leaves */
     struct job *one = job_one_block(job);
-    if (one) {
-        job_destroy(job);
-        job = one;
+    if (!one) {
+        err = nomem(errstr, errstr_size);
+        goto out;
     }
-    *out = job;
-    job = NULL;
+    *out = one;
 
 out:
     job_destroy(job);
@@ -1585,18 +1608,18 @@ void job_destroy(struct job *job)
         /* req is a shallow copy of steps[0]: freed through steps only */
         for (size_t i = 0; i < job->n_steps; i++)
             request_fini(&job->steps[i]);
-        free(job->steps);
+        arena_free(job->steps);
     } else {
         request_fini(&job->req);
     }
-    free(job->job_key);
-    free(job->scope);
-    free(job->country);
-    free(job->scheduled_for);
-    free(job->rotation);
-    free(job->meta_json);
-    free(job->canonical);
-    free(job);
+    arena_free(job->job_key);
+    arena_free(job->scope);
+    arena_free(job->country);
+    arena_free(job->scheduled_for);
+    arena_free(job->rotation);
+    arena_free(job->meta_json);
+    arena_free(job->canonical);
+    arena_free(job);
 }
 
 const char *job_header_get(const struct job_request *req, const char *name)
