@@ -180,8 +180,9 @@ dd_err_t job_with_key(const void *payload, size_t len, const char *job_key,
  *        and free per JSON value, key and buffer: jansson frees all of them
  *        before the parse returns, and the arena is reused once every one is
  *        freed.  So do the job's own pieces (strings, header arrays, the
- *        canonical request) before they are copied into its one block.  Outside a parse, on a thread not parsing, and for what does
- *        not fit, jansson allocates with malloc(3) as before
+ *        canonical request) before they are copied into its one block.
+ *        Outside a parse, on a thread not parsing, and for what does not
+ *        fit, jansson allocates with malloc(3) as before
  *        (json_set_alloc_funcs(3), jansson's "Custom Memory Allocation").
  *        Not installed under AddressSanitizer or valgrind, whose checks of
  *        every jansson allocation stay as they were.  Without this call

@@ -136,15 +136,6 @@ static void *arena_calloc(size_t n, size_t size)
     return p;
 }
 
-static char *arena_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = arena_malloc(n);
-    if (p)
-        memcpy(p, s, n);
-    return p;
-}
-
 /* pthread key destructor, on the ending thread itself */
 static void arena_thread_end(void *base)
 {
@@ -459,6 +450,11 @@ static char *dup_n(const char *s, size_t n)
         p[n] = '\0';
     }
     return p;
+}
+
+static char *arena_strdup(const char *s)
+{
+    return dup_n(s, strlen(s));
 }
 
 /* ---- base64 (RFC 4648 section 4, strict) -------------------------------- */
