@@ -264,6 +264,45 @@ uint64_t store_durable(struct store *s)
 /* ---------------------------------------------------------------------- */
 /* options and column families                                             */
 
+/* The ops column family's prefix extractor: the first OPS_PREFIX_BYTES of
+ * a key, or the whole of a shorter one (RocksDB's CappedPrefixTransform,
+ * which its C API does not offer).  Every op_id is in its domain, so the
+ * hash-skiplist memtable can hash any of them (a fixed-length prefix would
+ * read past an op_id shorter than it).  dedupd's op_ids are OPS_PREFIX_BYTES
+ * long (64 hex digits), so the prefix is the whole key: a memtable bucket
+ * holds one op's versions, and the SST filters keep one entry a key
+ * (measured: "# entries for filter" equals "# entries", 1.25 filter bytes
+ * an op, as without the extractor). */
+#define OPS_PREFIX_BYTES 64
+/* Memtable hash buckets of the ops column family: 2 MiB of pointers
+ * a memtable, about twice the ops a 32 MiB memtable holds. */
+#define OPS_MEMTABLE_BUCKETS (1u << 18)
+
+static char *ops_prefix(void *state, const char *key, size_t len,
+                        size_t *dst_len)
+{
+    (void)state;
+    *dst_len = len < OPS_PREFIX_BYTES ? len : OPS_PREFIX_BYTES;
+    return (char *)key;
+}
+
+static unsigned char ops_prefix_in(void *state, const char *key, size_t len)
+{
+    (void)state, (void)key, (void)len;
+    return 1;
+}
+
+static const char *ops_prefix_name(void *state)
+{
+    (void)state;
+    return "dedupd.CappedPrefix.64";
+}
+
+static void ops_prefix_destroy(void *state)
+{
+    (void)state;
+}
+
 static void set_options(struct store *s, const struct store_conf *conf)
 {
     size_t cache_bytes = conf->block_cache_bytes ? conf->block_cache_bytes
@@ -300,6 +339,10 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_options_set_level_compaction_dynamic_level_bytes(s->opts, 1);
     rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
     rocksdb_options_set_keep_log_file_num(s->opts, 5);
+    /* the ops' hash-skiplist memtable (below) takes no concurrent inserts
+     * (RocksDB refuses to open otherwise): a write group's leader inserts
+     * every member's batch itself */
+    rocksdb_options_set_allow_concurrent_memtable_write(s->opts, 0);
     /* No info LOG lines at all (level above HEADER): RocksDB 7.8 writes its
      * LOG file through a WritableFileWriter that asserts
      * (sync_without_flush_called_, SIGABRT) on the append after a failed
@@ -335,6 +378,23 @@ static void set_options(struct store *s, const struct store_conf *conf)
     s->ttl_nobloom_opts = rocksdb_options_create_copy(s->ttl_opts);
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->ttl_nobloom_opts,
                                                          0);
+    /* The ops: a hash of skiplists for a memtable (RocksDB's
+     * HashSkipListRep, memtablerep.h), one bucket an op_id.  Their keys are
+     * digests, so consecutive inserts land anywhere in a sorted skiplist,
+     * and its search for the place took 10% of the pipeline thread in a
+     * shadow run (issue 13); a bucket's is short.  A point read goes to
+     * its bucket, so no memtable bloom either.  The price: an iterator
+     * over the ops must ask for total order (idx_rebuild_main), and a
+     * flush sorts the memtable on RocksDB's flush thread. */
+    s->ops_opts = rocksdb_options_create_copy(s->ttl_opts);
+    rocksdb_options_set_prefix_extractor(
+        s->ops_opts,
+        rocksdb_slicetransform_create(NULL, ops_prefix_destroy, ops_prefix,
+                                      ops_prefix_in, ops_prefix_in,
+                                      ops_prefix_name));
+    rocksdb_options_set_hash_skip_list_rep(s->ops_opts, OPS_MEMTABLE_BUCKETS,
+                                           4, 4);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->ops_opts, 0);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
@@ -358,7 +418,9 @@ static const rocksdb_options_t *cf_opts(const struct store *s, int i)
         return s->nobloom_opts;
     if (i == CF_ATTEMPTS)
         return s->ttl_nobloom_opts;
-    if (i == CF_OPS || i == CF_CONFLICTS || i == CF_SEEN
+    if (i == CF_OPS)
+        return s->ops_opts;
+    if (i == CF_CONFLICTS || i == CF_SEEN
         || i == CF_RECEIPTS || i == CF_VALIDATORS)
         return s->ttl_opts;
     return s->opts;
@@ -686,6 +748,8 @@ static void *idx_rebuild_main(void *arg)
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_fill_cache(ro, 0);
     rocksdb_readoptions_set_readahead_size(ro, (size_t)2 << 20);
+    /* every op, not one prefix's (the ops' prefix extractor, set_options) */
+    rocksdb_readoptions_set_total_order_seek(ro, 1);
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ro,
                                                         s->cf[CF_OPS]);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
@@ -917,6 +981,8 @@ static void close_db(struct store *s)
         rocksdb_options_destroy(s->ttl_opts);
     if (s->ttl_nobloom_opts)
         rocksdb_options_destroy(s->ttl_nobloom_opts);
+    if (s->ops_opts)
+        rocksdb_options_destroy(s->ops_opts);
     if (s->body_opts)
         rocksdb_options_destroy(s->body_opts);
     if (s->nobloom_opts)
