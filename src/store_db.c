@@ -264,43 +264,26 @@ uint64_t store_durable(struct store *s)
 /* ---------------------------------------------------------------------- */
 /* options and column families                                             */
 
-/* The ops column family's prefix extractor: the first OPS_PREFIX_BYTES of
- * a key, or the whole of a shorter one (RocksDB's CappedPrefixTransform,
- * which its C API does not offer).  Every op_id is in its domain, so the
- * hash-skiplist memtable can hash any of them (a fixed-length prefix would
- * read past an op_id shorter than it).  dedupd's op_ids are OPS_PREFIX_BYTES
- * long (64 hex digits), so the prefix is the whole key: a memtable bucket
- * holds one op's versions, and the SST filters keep one entry a key
- * (measured: "# entries for filter" equals "# entries", 1.25 filter bytes
- * an op, as without the extractor). */
-#define OPS_PREFIX_BYTES 64
-/* Memtable hash buckets of the ops column family: 2 MiB of pointers
- * a memtable, about twice the ops a 32 MiB memtable holds. */
-#define OPS_MEMTABLE_BUCKETS (1u << 18)
+/* Memtable hash buckets of the column families with a hash-skiplist
+ * memtable (set_hash_memtable): 2 MiB of pointers a memtable, about twice
+ * the ops a 32 MiB memtable holds (a bodies memtable holds about 2,300
+ * pages: most of its buckets stay empty). */
+#define HASH_MEMTABLE_BUCKETS (1u << 18)
 
-static char *ops_prefix(void *state, const char *key, size_t len,
-                        size_t *dst_len)
+/* A hash-skiplist memtable, one bucket a key, without a memtable bloom
+ * (set_options says where and why).  The prefix extractor is RocksDB's
+ * no-op transform, the whole key at any length, so keys that share a long
+ * start (op_ids "scope:job_key", often longer than 64 bytes) still spread
+ * over the buckets, and the SST filters keep one entry a key (a prefix
+ * equal to its key is not added again: measured, "# entries for filter"
+ * equals "# entries", 1.25 filter bytes an op, as without the extractor).
+ * The options take the transform over (a shared_ptr in RocksDB's C API). */
+static void set_hash_memtable(rocksdb_options_t *o)
 {
-    (void)state;
-    *dst_len = len < OPS_PREFIX_BYTES ? len : OPS_PREFIX_BYTES;
-    return (char *)key;
-}
-
-static unsigned char ops_prefix_in(void *state, const char *key, size_t len)
-{
-    (void)state, (void)key, (void)len;
-    return 1;
-}
-
-static const char *ops_prefix_name(void *state)
-{
-    (void)state;
-    return "dedupd.CappedPrefix.64";
-}
-
-static void ops_prefix_destroy(void *state)
-{
-    (void)state;
+    rocksdb_options_set_prefix_extractor(o,
+                                         rocksdb_slicetransform_create_noop());
+    rocksdb_options_set_hash_skip_list_rep(o, HASH_MEMTABLE_BUCKETS, 4, 4);
+    rocksdb_options_set_memtable_prefix_bloom_size_ratio(o, 0);
 }
 
 static void set_options(struct store *s, const struct store_conf *conf)
@@ -384,17 +367,13 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * and its search for the place took 10% of the pipeline thread in a
      * shadow run (issue 13); a bucket's is short.  A point read goes to
      * its bucket, so no memtable bloom either.  The price: an iterator
-     * over the ops must ask for total order (idx_rebuild_main), and a
-     * flush sorts the memtable on RocksDB's flush thread. */
+     * over the ops must ask for total order (store_ops_iter), and a
+     * flush sorts the memtable on RocksDB's flush thread.  The validators
+     * (resource keys) and the bodies (digests) too: read by key only, never
+     * iterated. */
     s->ops_opts = rocksdb_options_create_copy(s->ttl_opts);
-    rocksdb_options_set_prefix_extractor(
-        s->ops_opts,
-        rocksdb_slicetransform_create(NULL, ops_prefix_destroy, ops_prefix,
-                                      ops_prefix_in, ops_prefix_in,
-                                      ops_prefix_name));
-    rocksdb_options_set_hash_skip_list_rep(s->ops_opts, OPS_MEMTABLE_BUCKETS,
-                                           4, 4);
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->ops_opts, 0);
+    set_hash_memtable(s->ops_opts);
+    set_hash_memtable(s->body_opts);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
@@ -418,10 +397,10 @@ static const rocksdb_options_t *cf_opts(const struct store *s, int i)
         return s->nobloom_opts;
     if (i == CF_ATTEMPTS)
         return s->ttl_nobloom_opts;
-    if (i == CF_OPS)
+    if (i == CF_OPS || i == CF_VALIDATORS)
         return s->ops_opts;
     if (i == CF_CONFLICTS || i == CF_SEEN
-        || i == CF_RECEIPTS || i == CF_VALIDATORS)
+        || i == CF_RECEIPTS)
         return s->ttl_opts;
     return s->opts;
 }
@@ -736,6 +715,15 @@ static void rebuild_one(struct store *s, const char *k, size_t klen,
     c->n++;
 }
 
+rocksdb_iterator_t *store_ops_iter(struct store *s, rocksdb_readoptions_t *ro)
+{
+    /* A hash-skiplist memtable's iterator in prefix mode gives nothing
+     * from SeekToFirst (RocksDB's HashSkipListRep::DynamicIterator), so
+     * without total order the ops still in the memtable would be missed. */
+    rocksdb_readoptions_set_total_order_seek(ro, 1);
+    return rocksdb_create_iterator_cf(s->db, ro, s->cf[CF_OPS]);
+}
+
 /* Iterate the ops column family (a snapshot) into the index.
  * @locality the index rebuild thread, started by store_open. */
 static void *idx_rebuild_main(void *arg)
@@ -748,10 +736,7 @@ static void *idx_rebuild_main(void *arg)
     rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_fill_cache(ro, 0);
     rocksdb_readoptions_set_readahead_size(ro, (size_t)2 << 20);
-    /* every op, not one prefix's (the ops' prefix extractor, set_options) */
-    rocksdb_readoptions_set_total_order_seek(ro, 1);
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ro,
-                                                        s->cf[CF_OPS]);
+    rocksdb_iterator_t *it = store_ops_iter(s, ro);
     for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it);
          rocksdb_iter_next(it)) {
         if ((c.n & 1023) == 0 && atomic_load(&s->idx_stop))

@@ -2415,6 +2415,54 @@ static void claim_all_again(struct store *st, int from, int to, int fresh,
     free(id);
 }
 
+/* The ops' memtable is a hash of skiplists keyed by the whole op_id
+ * (store_db.c set_hash_memtable): op_ids of every length the store takes,
+ * some sharing all but their last byte, each keep their own record, in the
+ * memtable and after a reopen (SSTs, and the index rebuilt from them). */
+START_TEST(test_store_op_ids_of_any_length_keep_their_own_records)
+{
+    int64_t now = wall_ms();
+    static const size_t lens[] = {1, 2, 7, 8, 9, 63, 64, 65, 200,
+                                  STORE_KEY_MAX};
+    enum { NL = sizeof(lens) / sizeof(lens[0]) };
+    char ids[2 * NL][STORE_KEY_MAX + 1];
+    for (size_t i = 0; i < NL; i++)
+        for (int twin = 0; twin < 2; twin++) {
+            char *id = ids[2 * i + (size_t)twin];
+            memset(id, 'k', lens[i]);
+            id[lens[i]] = '\0';
+            if (twin)
+                id[lens[i] - 1] = 'z'; /* differs in its last byte only */
+        }
+    struct store_op op;
+    for (size_t i = 0; i < 2 * NL; i++)
+        ck_assert_int_eq(claim(ids[i], H1, now, &op), STORE_CLAIM_NEW);
+    for (size_t i = 0; i < 2 * NL; i += 2) /* one of each pair completed */
+        complete(ids[i], 1, "{}", now);
+    for (int round = 0; round < 2; round++) {
+        for (size_t i = 0; i < 2 * NL; i++) {
+            ck_assert_msg(get(ids[i], now, &op), "op_id of %zu bytes lost",
+                          strlen(ids[i]));
+            ck_assert_int_eq(op.state, i % 2 ? STORE_OP_RUNNING
+                                             : STORE_OP_COMPLETE);
+        }
+        for (size_t i = 0; i < 2 * NL; i += 2) {
+            ck_assert_int_eq(claim(ids[i], H1, now, &op),
+                             STORE_CLAIM_DUPLICATE);
+            ck_assert_uint_eq(op.generation, 1);
+        }
+        reopen_as("a", "r2");
+        wait_index_complete(g_st);
+    }
+    enum store_op_state st = 0;
+    for (size_t i = 0; i < 2 * NL; i += 2)
+        ck_assert_msg(store_index_duplicate(g_st, ids[i], strlen(ids[i]), H1,
+                                            now, &st),
+                      "op_id of %zu bytes not in the rebuilt index",
+                      strlen(ids[i]));
+}
+END_TEST
+
 START_TEST(test_store_index_rebuilt_at_open_answers_duplicates_without_reads)
 {
     int64_t now = wall_ms();
@@ -3862,6 +3910,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_claim_batch_bad_request_fails_alone);
     tcase_add_test(
         tc, test_store_index_rebuilt_at_open_answers_duplicates_without_reads);
+    tcase_add_test(tc, test_store_op_ids_of_any_length_keep_their_own_records);
     tcase_add_test(
         tc,
         test_store_index_bound_reached_is_not_complete_and_answers_stay_correct);
