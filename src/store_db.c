@@ -264,11 +264,12 @@ uint64_t store_durable(struct store *s)
 /* ---------------------------------------------------------------------- */
 /* options and column families                                             */
 
-/* Memtable hash buckets of the column families with a hash-skiplist
- * memtable (set_hash_memtable): 2 MiB of pointers a memtable, about twice
- * the ops a 32 MiB memtable holds (a bodies memtable holds about 2,300
- * pages: most of its buckets stay empty). */
+/* Memtable hash buckets (set_hash_memtable), allocated and zeroed with
+ * each memtable: for ops and validators 2 MiB of pointers, about twice the
+ * records a 32 MiB memtable holds; for bodies 32 KiB, about twice the
+ * 14 KB pages it holds (about 2,300). */
 #define HASH_MEMTABLE_BUCKETS (1u << 18)
+#define HASH_MEMTABLE_BODY_BUCKETS (1u << 12)
 
 /* A hash-skiplist memtable, one bucket a key, without a memtable bloom
  * (set_options says where and why).  The prefix extractor is RocksDB's
@@ -278,11 +279,11 @@ uint64_t store_durable(struct store *s)
  * equal to its key is not added again: measured, "# entries for filter"
  * equals "# entries", 1.25 filter bytes an op, as without the extractor).
  * The options take the transform over (a shared_ptr in RocksDB's C API). */
-static void set_hash_memtable(rocksdb_options_t *o)
+static void set_hash_memtable(rocksdb_options_t *o, size_t buckets)
 {
     rocksdb_options_set_prefix_extractor(o,
                                          rocksdb_slicetransform_create_noop());
-    rocksdb_options_set_hash_skip_list_rep(o, HASH_MEMTABLE_BUCKETS, 4, 4);
+    rocksdb_options_set_hash_skip_list_rep(o, buckets, 4, 4);
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(o, 0);
 }
 
@@ -372,8 +373,8 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * (resource keys) and the bodies (digests) too: read by key only, never
      * iterated. */
     s->ops_opts = rocksdb_options_create_copy(s->ttl_opts);
-    set_hash_memtable(s->ops_opts);
-    set_hash_memtable(s->body_opts);
+    set_hash_memtable(s->ops_opts, HASH_MEMTABLE_BUCKETS);
+    set_hash_memtable(s->body_opts, HASH_MEMTABLE_BODY_BUCKETS);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();

@@ -237,14 +237,14 @@ static inline void store_stripes_add(uint64_t mask[STORE_STRIPES / 64],
     mask[st / 64] |= UINT64_C(1) << (st % 64);
 }
 
-/* Convert a RocksDB error at the boundary: "call(what): message" in errstr,
- * then rocksdb_free(rerr).  @returns DD_ERR_IO.  @locality any thread.
- * (store_db.c) */
 /* An iterator over the ops column family in total order (store_db.c): the
  * ops' memtable is a hash of skiplists, whose prefix-mode iterator skips
  * what it holds.  \p ro is the caller's; total_order_seek is set on it. */
 rocksdb_iterator_t *store_ops_iter(struct store *s, rocksdb_readoptions_t *ro);
 
+/* Convert a RocksDB error at the boundary: "call(what): message" in errstr,
+ * then rocksdb_free(rerr).  @returns DD_ERR_IO.  @locality any thread.
+ * (store_db.c) */
 dd_err_t store_rdb_fail(char *rerr, const char *call, const char *what,
                         char *errstr, size_t errstr_size);
 
