@@ -1576,8 +1576,8 @@ dd_err_t job_parse(const struct job_conf *conf, const void *payload, size_t len,
     if (err)
         goto out;
     /* one block instead of a dozen: one free when its op ends, on
-     * whichever thread that is, and the job's bytes side by side */
-    /* the job's pieces may be in the arena: only the one block leaves */
+     * whichever thread that is, and the job's bytes side by side; the
+     * pieces may be in the arena, so only the one block leaves */
     struct job *one = job_one_block(job);
     if (!one) {
         err = nomem(errstr, errstr_size);

@@ -350,8 +350,9 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * body is read once its validator named it, an outbox entry once its
      * op did.  The bloom is write_buffer_size / 10 bytes zeroed at every
      * memtable switch, and the bodies' memtable (14 KB pages) switches
-     * most often: 2% of the pipeline thread on fetched pages (issue 13). */
-    rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->body_opts, 0);
+     * most often: 2% of the pipeline thread on fetched pages (issue 13).
+     * The bodies' memtable is a hash of skiplists, as the ops' (below). */
+    set_hash_memtable(s->body_opts, HASH_MEMTABLE_BODY_BUCKETS);
     s->nobloom_opts = rocksdb_options_create_copy(s->opts);
     rocksdb_options_set_memtable_prefix_bloom_size_ratio(s->nobloom_opts, 0);
     /* Nor where no point read happens at all: attempts (read by prefix
@@ -370,11 +371,10 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * its bucket, so no memtable bloom either.  The price: an iterator
      * over the ops must ask for total order (store_ops_iter), and a
      * flush sorts the memtable on RocksDB's flush thread.  The validators
-     * (resource keys) and the bodies (digests) too: read by key only, never
-     * iterated. */
+     * (resource keys) and the bodies (digests, above) too: read by key
+     * only, never iterated. */
     s->ops_opts = rocksdb_options_create_copy(s->ttl_opts);
     set_hash_memtable(s->ops_opts, HASH_MEMTABLE_BUCKETS);
-    set_hash_memtable(s->body_opts, HASH_MEMTABLE_BODY_BUCKETS);
 
     s->ropts = rocksdb_readoptions_create();
     s->wopts = rocksdb_writeoptions_create();
@@ -400,8 +400,7 @@ static const rocksdb_options_t *cf_opts(const struct store *s, int i)
         return s->ttl_nobloom_opts;
     if (i == CF_OPS || i == CF_VALIDATORS)
         return s->ops_opts;
-    if (i == CF_CONFLICTS || i == CF_SEEN
-        || i == CF_RECEIPTS)
+    if (i == CF_CONFLICTS || i == CF_SEEN || i == CF_RECEIPTS)
         return s->ttl_opts;
     return s->opts;
 }

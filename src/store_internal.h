@@ -101,13 +101,13 @@ struct store {
     rocksdb_options_t *ttl_opts; /* expiring CFs (is_ttl_cf): + TTL filter */
     rocksdb_options_t *ttl_nobloom_opts; /* CF attempts: + TTL filter, no
                                             memtable bloom */
-    rocksdb_options_t *ops_opts; /* CF ops: + TTL filter, a hash-skiplist
-                                    memtable (set_options) */
+    rocksdb_options_t *ops_opts; /* CFs ops, validators: + TTL filter, a
+                                    hash-skiplist memtable (set_options) */
     rocksdb_block_based_table_options_t *bbto;
     rocksdb_cache_t *cache;
     rocksdb_compactionfilter_t *filter;
     rocksdb_options_t *body_opts; /* CF bodies: + the pins' TTL filter,
-                                     no memtable bloom */
+                                     a hash-skiplist memtable */
     rocksdb_options_t *nobloom_opts; /* CFs outbox, default, meta: no
                                        memtable bloom */
     rocksdb_compactionfilter_t *body_filter;
