@@ -63,6 +63,7 @@ struct cfg {
     char *store_path;
     int64_t store_ops_ttl_ms, store_failed_ttl_ms, store_lease_ms;
     int64_t store_block_cache_bytes;
+    int64_t store_max_wal_bytes;
     bool store_sync;
     int64_t fetch_timeout_ms, fetch_connect_timeout_ms;
     int64_t fetch_max_inflight, fetch_max_attempts;

@@ -82,6 +82,14 @@ struct store_conf {
                                     failure; 0 = 1 h */
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
+    size_t max_wal_bytes;      /**< bound of the WAL files together
+                                    (RocksDB DBOptions::max_total_wal_size,
+                                    options.h): past it RocksDB flushes the
+                                    column families holding the oldest WAL
+                                    file so it can be deleted; 0 = 128 MiB
+                                    (RocksDB's own default, four times all
+                                    memtables, is 2.5 GiB with these ten
+                                    column families) */
     bool sync;                 /**< fsync the WAL on every write batch */
     bool group_commit;         /**< with sync: store_complete_batch() does
                                     not wait for its fsync; a store thread

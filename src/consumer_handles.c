@@ -129,6 +129,7 @@ void consumer_store_conf(const struct cfg *cfg, const char *path,
         .failed_ttl_ms = cfg->store_failed_ttl_ms,
         .lease_ms = cfg->store_lease_ms,
         .block_cache_bytes = (size_t)cfg->store_block_cache_bytes,
+        .max_wal_bytes = (size_t)cfg->store_max_wal_bytes,
         .sync = cfg->store_sync,
         /* the pipeline never waits for an fsync: results go out at once,
          * offsets wait for store_durable() */

@@ -22,6 +22,8 @@
 #define STORE_DEF_VALIDATORS_TTL_MS (7LL * 24 * 3600 * 1000)
 #define STORE_DEF_MAX_BODY_BYTES ((size_t)8 << 20)
 #define STORE_WRITE_BUFFER_BYTES ((size_t)32 << 20)
+/* store_conf.max_wal_bytes' default: four memtables' worth */
+#define STORE_DEF_MAX_WAL_BYTES (4 * STORE_WRITE_BUFFER_BYTES)
 /* rocksdb::InfoLogLevel's NUM_INFO_LOG_LEVELS: above HEADER_LEVEL (5), so
  * not even the header lines are written */
 #define STORE_ROCKSDB_NO_INFO_LOG 6
@@ -323,6 +325,19 @@ static void set_options(struct store *s, const struct store_conf *conf)
     rocksdb_options_set_level_compaction_dynamic_level_bytes(s->opts, 1);
     rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
     rocksdb_options_set_keep_log_file_num(s->opts, 5);
+    /* A WAL file goes once every column family with data in it has
+     * flushed.  The quiet ones (meta, receipts, attempts, ops in a fetched
+     * run) fill their 32 MiB memtables slowly, so without a bound the WAL
+     * grew to RocksDB's default of four times all memtables (10 column
+     * families: 2.5 GiB) before it forced their flush: 317 MB in nine
+     * files after 20,000 fetched 14 KB pages (61 MB in three with the
+     * default bound).  That is disk (or RAM, for an emptyDir in memory)
+     * and WAL replay at the next open.  Past the bound RocksDB flushes the
+     * column families that hold the oldest WAL file (options.h,
+     * max_total_wal_size). */
+    rocksdb_options_set_max_total_wal_size(
+        s->opts, conf->max_wal_bytes ? conf->max_wal_bytes
+                                     : STORE_DEF_MAX_WAL_BYTES);
     /* the ops' hash-skiplist memtable (below) takes no concurrent inserts
      * (RocksDB refuses to open otherwise): a write group's leader inserts
      * every member's batch itself */
