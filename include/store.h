@@ -86,10 +86,13 @@ struct store_conf {
                                     (RocksDB DBOptions::max_total_wal_size,
                                     options.h): past it RocksDB flushes the
                                     column families holding the oldest WAL
-                                    file so it can be deleted; 0 = 128 MiB
-                                    (RocksDB's own default, four times all
-                                    memtables, is 2.5 GiB with these ten
-                                    column families) */
+                                    file so it can be deleted; a soft bound
+                                    (writes go on while that flush runs);
+                                    0 = 128 MiB (RocksDB's own default, four
+                                    times write_buffer_size x
+                                    max_write_buffer_number summed over the
+                                    column families, is 2.5 GiB with these
+                                    ten: 10 x 32 MiB x 2 x 4) */
     bool sync;                 /**< fsync the WAL on every write batch */
     bool group_commit;         /**< with sync: store_complete_batch() does
                                     not wait for its fsync; a store thread

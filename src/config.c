@@ -73,12 +73,14 @@ static const struct cfg_option cfg_options[] = {
     {"store.block_cache_bytes", CFG_INT, CFG_OFF(store_block_cache_bytes),
      1048576, INT64_C(68719476736), "67108864", "bytes", 0,
      "RocksDB LRU block cache size."},
-    {"store.max_wal_bytes", CFG_INT, CFG_OFF(store_max_wal_bytes), 1048576,
+    {"store.max_wal_bytes", CFG_INT, CFG_OFF(store_max_wal_bytes), 33554432,
      INT64_C(68719476736), "134217728", "bytes", 0,
      "Bound of the local store's WAL files together (RocksDB "
      "max_total_wal_size); past it the column families that hold the "
      "oldest WAL file are flushed so that file can go. Disk, or memory for "
-     "a store on an in-memory emptyDir, and what the next start replays."},
+     "a store on an in-memory emptyDir, and what the next start replays. "
+     "A soft bound: writes go on while that flush runs. At least one memtable "
+     "(32 MiB): below, nearly every write batch would flush."},
     {"store.sync", CFG_BOOL, CFG_OFF(store_sync), 0, 0, "false", "", 0,
      "fsync the local store's WAL (group commit: a store thread fsyncs as soon "
      "as the previous fsync ended; a job's offset then also waits for its "

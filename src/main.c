@@ -736,6 +736,8 @@ static struct store *open_store_for_cli(const struct cfg *cfg, int *rc)
                             .failed_ttl_ms = cfg->store_failed_ttl_ms,
                             .lease_ms = cfg->store_lease_ms,
                             .block_cache_bytes = 8 << 20,
+                            .max_wal_bytes =
+                                (size_t)cfg->store_max_wal_bytes,
                             .sync = true};
     struct store *st = NULL;
     if (store_open(&sc, &st, e, sizeof(e))) {

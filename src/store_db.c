@@ -331,7 +331,7 @@ static void set_options(struct store *s, const struct store_conf *conf)
      * grew to RocksDB's default of four times all memtables (10 column
      * families: 2.5 GiB) before it forced their flush: 317 MB in nine
      * files after 20,000 fetched 14 KB pages (61 MB in three with the
-     * default bound).  That is disk (or RAM, for an emptyDir in memory)
+     * 128 MiB bound).  That is disk (or RAM, for an emptyDir in memory)
      * and WAL replay at the next open.  Past the bound RocksDB flushes the
      * column families that hold the oldest WAL file (options.h,
      * max_total_wal_size). */
