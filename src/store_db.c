@@ -6,11 +6,13 @@
  */
 #include "store_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -912,6 +914,31 @@ static dd_err_t open_syncer(struct store *s, const struct store_conf *conf,
     return DD_OK;
 }
 
+/* Delete the OPTIONS-*.dbtmp files in the store's directory.  RocksDB
+ * writes its options to such a file and renames it OPTIONS-<n>; with no
+ * info LOG (STORE_ROCKSDB_NO_INFO_LOG, which its options file cannot name)
+ * it fails to write them and leaves the temporary file behind, one at each
+ * open and one for each column family it creates, never read again.
+ * After the open nothing writes one (no rocksdb_set_options, no column
+ * family created later).  Best effort: a file that cannot go stays. */
+static void drop_options_tmp(const struct store *s)
+{
+    DIR *d = opendir(s->path);
+    if (!d)
+        return;
+    struct dirent *e;
+    static const char pre[] = "OPTIONS-", suf[] = ".dbtmp";
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n <= sizeof(pre) - 1 + sizeof(suf) - 1
+            || strncmp(e->d_name, pre, sizeof(pre) - 1) != 0
+            || strcmp(e->d_name + n - (sizeof(suf) - 1), suf) != 0)
+            continue;
+        (void)unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 dd_err_t store_open(const struct store_conf *conf, struct store **out,
                     char *errstr, size_t errstr_size)
 {
@@ -933,6 +960,8 @@ dd_err_t store_open(const struct store_conf *conf, struct store **out,
     open_init(s, conf);
     set_options(s, conf);
     err = db_open(s, errstr, errstr_size);
+    if (!err)
+        drop_options_tmp(s);
     if (!err)
         err = check_layout(s, errstr, errstr_size);
     if (!err)

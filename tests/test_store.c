@@ -1443,6 +1443,38 @@ END_TEST
 /* ---------------------------------------------------------------------- */
 /* layout                                                                  */
 
+/* Files in g_dir whose name starts with \p pre and ends with \p suf. */
+static int files_like(const char *pre, const char *suf)
+{
+    DIR *d = opendir(g_dir);
+    ck_assert_ptr_nonnull(d);
+    int k = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n >= strlen(pre) + strlen(suf)
+            && strncmp(e->d_name, pre, strlen(pre)) == 0
+            && strcmp(e->d_name + n - strlen(suf), suf) == 0)
+            k++;
+    }
+    closedir(d);
+    return k;
+}
+
+/* RocksDB leaves an OPTIONS-*.dbtmp at each open and each column family it
+ * creates (it cannot write options naming no info LOG); store_open deletes
+ * them, so restarts do not pile them up. */
+START_TEST(test_store_open_leaves_no_options_tmp_files)
+{
+    ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
+    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
+    reopen_as("a", "r2");
+    reopen_as("a", "r3");
+    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
+    ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
+}
+END_TEST
+
 START_TEST(test_store_open_creates_column_families_and_layout_version)
 {
     char *err = NULL;
@@ -4077,6 +4109,7 @@ Suite *store_suite(void)
     tc = tcase("layout");
     tcase_add_test(tc,
                    test_store_open_creates_column_families_and_layout_version);
+    tcase_add_test(tc, test_store_open_leaves_no_options_tmp_files);
     tcase_add_test(tc, test_store_newer_layout_version_is_fatal);
     tcase_add_test(tc, test_store_corrupt_op_record_is_fatal);
     suite_add_tcase(s, tc);
