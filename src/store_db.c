@@ -920,7 +920,11 @@ static dd_err_t open_syncer(struct store *s, const struct store_conf *conf,
  * it fails to write them and leaves the temporary file behind, one at each
  * open and one for each column family it creates, never read again.
  * After the open nothing writes one (no rocksdb_set_options, no column
- * family created later).  Best effort: a file that cannot go stays. */
+ * family created later).  Best effort: a file that cannot go stays.
+ * RocksDB 7.8 only warns of the failed options file
+ * (DBOptions::fail_if_options_file_error, false by default; not in its C
+ * API).  Later releases make that true by default, and then such a store
+ * would not open: moving past 7.x means revisiting the info-log setting. */
 static void drop_options_tmp(const struct store *s)
 {
     DIR *d = opendir(s->path);

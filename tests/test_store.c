@@ -1452,7 +1452,7 @@ static int files_like(const char *pre, const char *suf)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
-        if (n >= strlen(pre) + strlen(suf)
+        if (n > strlen(pre) + strlen(suf)
             && strncmp(e->d_name, pre, strlen(pre)) == 0
             && strcmp(e->d_name + n - strlen(suf), suf) == 0)
             k++;
@@ -1468,10 +1468,24 @@ START_TEST(test_store_open_leaves_no_options_tmp_files)
 {
     ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
     ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
+    /* files of other names stay: only OPTIONS-<something>.dbtmp goes */
+    static const char *const keep[] = {"OPTIONS-000001", "OPTIONS-.dbtmp",
+                                       "xOPTIONS-1.dbtmp", "OPTIONS-1.tmp"};
+    char path[512];
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", g_dir, keep[i]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fclose(f);
+    }
     reopen_as("a", "r2");
     reopen_as("a", "r3");
     ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
     ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
+    for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", g_dir, keep[i]);
+        ck_assert_msg(access(path, F_OK) == 0, "%s deleted", keep[i]);
+    }
 }
 END_TEST
 
