@@ -57,9 +57,11 @@ static char g_err[256];
 /* ---------------------------------------------------------------------- */
 /* fixture                                                                 */
 
-static dd_err_t open_as(const char *instance, const char *run_id)
+/* The fixture's store settings, as \p instance's run \p run_id. */
+static struct store_conf fixture_conf(const char *instance,
+                                      const char *run_id)
 {
-    struct store_conf conf = {
+    return (struct store_conf){
         .path = g_dir,
         .instance = instance,
         .run_id = run_id,
@@ -71,6 +73,11 @@ static dd_err_t open_as(const char *instance, const char *run_id)
         .validators_ttl_ms = VAL_TTL,
         .max_body_bytes = MAX_BODY,
     };
+}
+
+static dd_err_t open_as(const char *instance, const char *run_id)
+{
+    struct store_conf conf = fixture_conf(instance, run_id);
     g_err[0] = '\0';
     return store_open(&conf, &g_st, g_err, sizeof(g_err));
 }
@@ -1443,19 +1450,27 @@ END_TEST
 /* ---------------------------------------------------------------------- */
 /* layout                                                                  */
 
-/* Files in g_dir whose name starts with \p pre and ends with \p suf. */
-static int files_like(const char *pre, const char *suf)
+/* Files in g_dir whose name starts with \p pre and ends with \p suf
+ * (with something between); with \p bytes, their sizes summed there (a
+ * file deleted meanwhile counts 0). */
+static int files_like(const char *pre, const char *suf, size_t *bytes)
 {
     DIR *d = opendir(g_dir);
     ck_assert_ptr_nonnull(d);
     int k = 0;
     struct dirent *e;
+    char path[512];
+    struct stat sb;
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
-        if (n > strlen(pre) + strlen(suf)
-            && strncmp(e->d_name, pre, strlen(pre)) == 0
-            && strcmp(e->d_name + n - strlen(suf), suf) == 0)
-            k++;
+        if (n <= strlen(pre) + strlen(suf)
+            || strncmp(e->d_name, pre, strlen(pre)) != 0
+            || strcmp(e->d_name + n - strlen(suf), suf) != 0)
+            continue;
+        k++;
+        snprintf(path, sizeof(path), "%s/%s", g_dir, e->d_name);
+        if (bytes && stat(path, &sb) == 0)
+            *bytes += (size_t)sb.st_size;
     }
     closedir(d);
     return k;
@@ -1466,8 +1481,8 @@ static int files_like(const char *pre, const char *suf)
  * them, so restarts do not pile them up. */
 START_TEST(test_store_open_leaves_no_options_tmp_files)
 {
-    ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
-    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
+    ck_assert_int_gt(files_like("MANIFEST-", "", NULL), 0);
+    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp", NULL), 0);
     /* files of other names stay: only OPTIONS-<something>.dbtmp goes */
     static const char *const keep[] = {"OPTIONS-000001", "OPTIONS-.dbtmp",
                                        "xOPTIONS-1.dbtmp", "OPTIONS-1.tmp"};
@@ -1480,8 +1495,8 @@ START_TEST(test_store_open_leaves_no_options_tmp_files)
     }
     reopen_as("a", "r2");
     reopen_as("a", "r3");
-    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp"), 0);
-    ck_assert_int_gt(files_like("MANIFEST-", ""), 0);
+    ck_assert_int_eq(files_like("OPTIONS-", ".dbtmp", NULL), 0);
+    ck_assert_int_gt(files_like("MANIFEST-", "", NULL), 0);
     for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", g_dir, keep[i]);
         ck_assert_msg(access(path, F_OK) == 0, "%s deleted", keep[i]);
@@ -3179,24 +3194,11 @@ START_TEST(test_store_body_written_by_the_standing_twin_of_a_fenced_completion)
 }
 END_TEST
 
-/* Bytes of the store's WAL files (*.log) in \p dir. */
-static size_t wal_bytes(const char *dir)
+/* Bytes of the store's WAL files (*.log) in g_dir. */
+static size_t wal_bytes(void)
 {
-    DIR *d = opendir(dir);
-    ck_assert_ptr_nonnull(d);
     size_t sum = 0;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        struct stat sb;
-        if (n < 5 || strcmp(e->d_name + n - 4, ".log") != 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (stat(path, &sb) == 0) /* a file deleted meanwhile counts 0 */
-            sum += (size_t)sb.st_size;
-    }
-    closedir(d);
+    files_like("", ".log", &sum);
     return sum;
 }
 
@@ -3214,11 +3216,9 @@ static size_t wal_bytes(const char *dir)
 START_TEST(test_store_wal_stays_within_max_wal_bytes)
 {
     store_close(g_st);
-    struct store_conf conf = {
-        .path = g_dir, .instance = "a", .run_id = "r2", .ops_ttl_ms = OPS_TTL,
-        .failed_ttl_ms = FAILED_TTL, .lease_ms = LEASE,
-        .block_cache_bytes = 8 << 20, .validators_ttl_ms = VAL_TTL,
-        .max_body_bytes = WAL_PAGE, .max_wal_bytes = WAL_BOUND};
+    struct store_conf conf = fixture_conf("a", "r2");
+    conf.max_body_bytes = WAL_PAGE;
+    conf.max_wal_bytes = WAL_BOUND;
     g_st = NULL;
     ck_assert_msg(store_open(&conf, &g_st, g_err, sizeof(g_err)) == DD_OK,
                   "store_open: %s", g_err);
@@ -3238,7 +3238,7 @@ START_TEST(test_store_wal_stays_within_max_wal_bytes)
         /* the files this test measures are where it looks: below the
          * bound nothing is flushed, so every page is still in them */
         if (i == 5)
-            ck_assert_uint_ge(wal_bytes(g_dir), 6 * WAL_PAGE);
+            ck_assert_uint_ge(wal_bytes(), 6 * WAL_PAGE);
     }
     free(page);
     /* A flush started at the bound runs while later writes go on, so the
@@ -3246,7 +3246,7 @@ START_TEST(test_store_wal_stays_within_max_wal_bytes)
      * after it finished starts the next one.  Small writes (claims of other
      * ops) until the files are within the bound: at most 60 s (valgrind at
      * nice 19 beside the other stages, as elsewhere in this file). */
-    size_t wal = wal_bytes(g_dir);
+    size_t wal = wal_bytes();
     struct store_op op;
     for (int i = 0; i < 1200 && wal > WAL_BOUND; i++) {
         char op_id[32];
@@ -3254,7 +3254,7 @@ START_TEST(test_store_wal_stays_within_max_wal_bytes)
         ck_assert_int_eq(claim(op_id, H1, T0 + WAL_PAGES, &op),
                          STORE_CLAIM_NEW);
         usleep(50 * 1000);
-        wal = wal_bytes(g_dir);
+        wal = wal_bytes();
     }
     ck_assert_msg(wal <= WAL_BOUND,
                   "%zu bytes of WAL after %d pages of %zu bytes (bound %zu)",
