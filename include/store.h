@@ -153,7 +153,9 @@ struct store_op {
     uint64_t generation;
     int64_t lease_expires_at_ms;
     int64_t created_at_ms;
-    int64_t updated_at_ms;
+    int64_t updated_at_ms;                     /**< the last change: its
+                                                    time, or 1 ms after the
+                                                    change before it */
     int64_t expires_at_ms;
     uint32_t attempts;
     uint64_t outbox_seq;                       /**< valid when PENDING */
@@ -1069,7 +1071,8 @@ struct store_restore_counts {
  * @brief Apply restored changelog records (DESIGN.md section 6, Restore):
  *        a record replaces the local one unless the local generation is
  *        higher, or equal with a later updated_at (one generation is one
- *        holder's, on one clock), or equal in both with the local record
+ *        holder's, on one clock, and each change of a record is stamped
+ *        at least 1 ms after the one it replaces), or equal in both with the local record
  *        finished (complete, failed or forgotten) and the record not; an
  *        expired record counts as absent.  A restored running or
  *        retryable op of another owner keeps its owner with a lease of

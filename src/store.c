@@ -267,7 +267,7 @@ static enum store_claim_result claim_apply(struct store *s, const char *op_id,
         cur->generation++;
         dd_strlcpy(cur->lease_owner, s->owner, sizeof(cur->lease_owner));
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
-        cur->updated_at_ms = now_ms;
+        store_op_stamp(cur, now_ms);
         cur->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
         if (cur->expires_at_ms < cur->lease_expires_at_ms)
             cur->expires_at_ms = cur->lease_expires_at_ms;
@@ -432,7 +432,7 @@ static void attempts_stage(struct store *s, rocksdb_writebatch_t *wb,
  * expire under its holder.  @locality any thread (op_transition). */
 static void lease_extend(struct store *s, struct store_op *op, int64_t now_ms)
 {
-    op->updated_at_ms = now_ms;
+    store_op_stamp(op, now_ms);
     op->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
     if (op->expires_at_ms < op->lease_expires_at_ms)
         op->expires_at_ms = op->lease_expires_at_ms;
@@ -734,7 +734,7 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->outbox_state = acked ? STORE_OUTBOX_SENT : STORE_OUTBOX_PENDING;
     op->outbox_seq = n;
     op->not_before_ms = 0;
-    op->updated_at_ms = now_ms;
+    store_op_stamp(op, now_ms);
     /* a failed op is kept for the ops TTL (or its failed_ttl_ms, when
      * longer): claimed again after failed_ttl_ms, it keeps counting its
      * retry epochs (DESIGN.md sections 2 and 4) */

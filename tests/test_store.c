@@ -3926,6 +3926,42 @@ START_TEST(test_store_restore_record_wins_unless_generation_lower)
 }
 END_TEST
 
+/* it_retryable's rare failure: the origin answered 429 in the claim's own
+ * millisecond, so the local retryable record and the claim record on the
+ * changelog had one generation and one updated_at; the restore at the
+ * restart let the claim record win, and the reclaimed op fetched at once,
+ * 8.6 s before its Retry-After.  A later change of one generation must
+ * outrank the earlier even within a millisecond (and on a clock that went
+ * back): each change's updated_at is after the one it replaces. */
+START_TEST(test_store_restore_same_ms_claim_record_loses_to_later_retry)
+{
+    struct store_op claimed, got;
+    struct store_restore_counts c = {0};
+    ck_assert_int_eq(claim("op-s", H1, T0, &claimed), STORE_CLAIM_NEW);
+    ck_assert_int_eq(retry_rc("op-s", 1, T0 + 10000, 1, "throttled", NULL, T0),
+                     DD_OK);
+    /* and a retry stamped before the claim (the clock stepped back) */
+    ck_assert_int_eq(claim("op-b", H1, T0, &got), STORE_CLAIM_NEW);
+    struct store_op claimed_b = got;
+    ck_assert_int_eq(retry_rc("op-b", 1, T0 + 10000, 1, "throttled", NULL,
+                              T0 - 5),
+                     DD_OK);
+    ck_assert(get("op-s", T0 + 1, &got));
+    ck_assert_int_gt(got.updated_at_ms, claimed.updated_at_ms);
+    reopen_as("a", "r2"); /* the restart, then its restore */
+    restore_one("op-s", &claimed, T0 + 500, &c);
+    restore_one("op-b", &claimed_b, T0 + 500, &c);
+    ck_assert_uint_eq(c.kept, 2);
+    ck_assert_uint_eq(c.applied, 0);
+    ck_assert_int_eq(claim("op-s", H1, T0 + 600, &got), STORE_CLAIM_RECLAIMED);
+    ck_assert_int_eq(got.state, STORE_OP_RETRYABLE);
+    ck_assert_int_eq(got.not_before_ms, T0 + 10000);
+    ck_assert_int_eq(claim("op-b", H1, T0 + 600, &got), STORE_CLAIM_RECLAIMED);
+    ck_assert_int_eq(got.state, STORE_OP_RETRYABLE);
+    ck_assert_int_eq(got.not_before_ms, T0 + 10000);
+}
+END_TEST
+
 START_TEST(test_store_restore_leases_of_other_owners)
 {
     struct store_op op, rec;
@@ -4029,6 +4065,7 @@ Suite *store_suite(void)
     tc = tcase("changelog");
     tcase_add_test(tc, test_store_restore_record_wins_unless_generation_lower);
     tcase_add_test(tc, test_store_restore_leases_of_other_owners);
+    tcase_add_test(tc, test_store_restore_same_ms_claim_record_loses_to_later_retry);
     tcase_add_test(tc, test_store_release_forget_and_checkpoints);
     tcase_add_test(tc, test_store_running_record_outlives_a_short_ttl);
     suite_add_tcase(s, tc);
