@@ -78,8 +78,9 @@ struct store_conf {
     int64_t failed_ttl_ms;     /**< delay after which a failed op may be
                                     claimed again (RECLAIMED at
                                     retry_epoch + 1); its record is kept
-                                    for max(ops TTL, this) from the
-                                    failure; 0 = 1 h */
+                                    for the ops TTL from the failure, or
+                                    for this + the ops TTL when this is
+                                    not shorter; 0 = 1 h */
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     size_t max_wal_bytes;      /**< bound of the WAL files together
@@ -153,9 +154,11 @@ struct store_op {
     uint64_t generation;
     int64_t lease_expires_at_ms;
     int64_t created_at_ms;
-    int64_t updated_at_ms;                     /**< the last change: its
-                                                    time, or 1 ms after the
-                                                    change before it */
+    int64_t updated_at_ms;                     /**< the last change of
+                                                    state, lease or result:
+                                                    its time, or 1 ms after
+                                                    the change before it in
+                                                    one generation */
     int64_t expires_at_ms;
     uint32_t attempts;
     uint64_t outbox_seq;                       /**< valid when PENDING */
@@ -1060,7 +1063,8 @@ struct store_restore_rec {
 /** What store_restore_apply() did with the records it was given. */
 struct store_restore_counts {
     uint64_t applied;   /**< ops written (the record won) */
-    uint64_t kept;      /**< ops whose local record has a higher generation */
+    uint64_t kept;      /**< ops whose local record outranks the record
+                             (store_restore_apply) */
     uint64_t expired;   /**< records already expired (absent on both sides) */
     uint64_t conflicts; /**< conflict marks written */
     uint64_t skipped;   /**< tombstones, and keys that are neither an op nor
@@ -1071,13 +1075,14 @@ struct store_restore_counts {
  * @brief Apply restored changelog records (DESIGN.md section 6, Restore):
  *        a record replaces the local one unless the local generation is
  *        higher, or equal with a later updated_at (one generation is one
- *        holder's, on one clock, and each change of a record is stamped
- *        at least 1 ms after the one it replaces), or equal in both with the local record
- *        finished (complete, failed or forgotten) and the record not; an
- *        expired record counts as absent.  A restored running or
- *        retryable op of another owner keeps its owner with a lease of
- *        store_conf.lease_ms from \p now_ms on this instance's clock; one
- *        whose owner is empty (a release) or this run's is free at once.
+ *        holder's, on one clock, and each change of its state, lease or
+ *        result is stamped at least 1 ms after the one it replaces), or
+ *        equal in both with the local record finished (complete, failed
+ *        or forgotten) and the record not; an expired record counts as
+ *        absent.  A restored running or retryable op of another owner
+ *        keeps its owner with a lease of store_conf.lease_ms from \p now_ms
+ *        on this instance's clock; one whose owner is empty (a release) or
+ *        this run's is free at once.
  *        The hot index follows every write.  One WriteBatch, no fsync.
  * @param c  Counts, added to (not cleared).
  * @returns DD_OK; DD_ERR_FATAL (a record that does not decode: errstr names

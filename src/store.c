@@ -191,7 +191,8 @@ static void claim_failed_again(const char *op_id, struct store_op *cur)
 }
 
 /* Whether a failed op may be claimed again: its failure (updated_at, which
- * nothing changes after it) is more than failed_ttl_ms ago, and its
+ * nothing changes after it: the failure's time, or 1 ms after the change
+ * before it, store_op_stamp) is more than failed_ttl_ms ago, and its
  * result was acknowledged (a pending one still has its outbox entry and
  * may still be tracked by this run).  @locality any thread. */
 static bool failed_reclaimable(const struct store *s,
@@ -267,7 +268,7 @@ static enum store_claim_result claim_apply(struct store *s, const char *op_id,
         cur->generation++;
         dd_strlcpy(cur->lease_owner, s->owner, sizeof(cur->lease_owner));
         cur->lease_expires_at_ms = store_add_ms(now_ms, s->lease_ms);
-        store_op_stamp(cur, now_ms);
+        cur->updated_at_ms = now_ms; /* a new generation: this clock's */
         cur->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
         if (cur->expires_at_ms < cur->lease_expires_at_ms)
             cur->expires_at_ms = cur->lease_expires_at_ms;
@@ -735,12 +736,17 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->outbox_seq = n;
     op->not_before_ms = 0;
     store_op_stamp(op, now_ms);
-    /* a failed op is kept for the ops TTL (or its failed_ttl_ms, when
-     * longer): claimed again after failed_ttl_ms, it keeps counting its
-     * retry epochs (DESIGN.md sections 2 and 4) */
+    /* a failed op is kept for the ops TTL, or for failed_ttl_ms + the ops
+     * TTL when failed_ttl_ms is not shorter (else it would expire when it
+     * may be claimed again, and its next claim would start over at epoch 0,
+     * under the first failure's event_key): claimed again after
+     * failed_ttl_ms, it keeps counting its retry epochs (DESIGN.md sections
+     * 2 and 4).  The TTL counts from now (C-28's boundary); updated_at
+     * can be a few ms later (store_op_stamp), which only shortens the
+     * window between failed_ttl_ms and expiry by as much. */
     int64_t keep = s->ops_ttl_ms;
-    if (state == STORE_OP_FAILED && s->failed_ttl_ms > keep)
-        keep = s->failed_ttl_ms;
+    if (state == STORE_OP_FAILED && s->failed_ttl_ms >= keep)
+        keep = store_add_ms(s->failed_ttl_ms, s->ops_ttl_ms);
     op->expires_at_ms = store_add_ms(now_ms, keep);
     unsigned char vbuf[STORE_CODEC_OP_VALUE_MAX];
     size_t vlen = store_codec_op_encode(op, vbuf, sizeof(vbuf));

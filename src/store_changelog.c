@@ -132,7 +132,7 @@ static dd_err_t change_forget(struct store *s, struct store_op *op,
     op->lease_owner[0] = '\0';
     op->lease_expires_at_ms = 0;
     op->not_before_ms = 0;
-    store_op_stamp(op, now_ms);
+    op->updated_at_ms = now_ms; /* a new generation: this clock's */
     op->expires_at_ms = store_add_ms(now_ms, s->ops_ttl_ms);
     *write = true;
     return DD_OK;

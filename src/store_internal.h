@@ -195,18 +195,22 @@ static inline int64_t store_add_ms(int64_t a, int64_t b)
     return a + b;
 }
 
-/* Stamp a change to the live record \p op (under its stripe): its
- * updated_at becomes \p now_ms, or 1 ms after the record it replaces when
- * \p now_ms is not later (two changes in one millisecond, or a clock that
- * went back).  A restore decides between two records of one generation by
- * updated_at (store_restore_apply), so a later change must never carry the
- * time of the one before it: a retryable record stamped in its claim's
- * millisecond lost to the claim record and its Retry-After wait with it.
+/* Stamp a change of the live record \p op within its generation (its
+ * state, lease or result; under its stripe): its updated_at becomes
+ * \p now_ms, or 1 ms after the record it replaces when \p now_ms is not
+ * later (two changes in one millisecond, or a clock that went back).  A
+ * restore decides between two records of one generation by updated_at
+ * (store_restore_apply), so a later change must never carry the time of the
+ * one before it: a retryable record stamped in its claim's millisecond lost
+ * to the claim record, and its Retry-After wait with it.  A change that
+ * starts a generation takes \p now_ms as it is (one generation is one
+ * holder's, on its own clock).
  * @locality any thread (under the op's stripe). */
 static inline void store_op_stamp(struct store_op *op, int64_t now_ms)
 {
-    op->updated_at_ms = now_ms > op->updated_at_ms ? now_ms
-                                                   : op->updated_at_ms + 1;
+    op->updated_at_ms = now_ms > op->updated_at_ms
+                            ? now_ms
+                            : store_add_ms(op->updated_at_ms, 1);
 }
 
 /* The stripe of the op whose index key is \p k.  @locality any thread. */

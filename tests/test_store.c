@@ -1148,6 +1148,45 @@ static void fail_acked(const char *op_id, uint64_t gen, int64_t now)
                      DD_OK);
 }
 
+/* store.failed_ttl_ms not shorter than the ops TTL: the failed record was
+ * kept for max(ops TTL, failed_ttl_ms) and so expired in the millisecond it
+ * could be claimed again; its next claim was a new op at epoch 0, under the
+ * first failure's event_key, which a consumer that drops replays drops.  It
+ * is kept for failed_ttl_ms + the ops TTL now. */
+START_TEST(test_store_failed_op_with_failed_ttl_over_ops_ttl_gets_next_epoch)
+{
+    store_close(g_st);
+    g_st = NULL;
+    struct store_conf conf = fixture_conf("a", "r1");
+    conf.ops_ttl_ms = 2000;
+    conf.failed_ttl_ms = 5000;
+    ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
+    struct store_op op;
+    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
+    fail_acked("op-1", 1, T0 + 1);
+    ck_assert(get("op-1", T0 + 2, &op));
+    ck_assert_int_eq(op.expires_at_ms, T0 + 1 + 5000 + 2000);
+    ck_assert_int_eq(claim("op-1", H1, T0 + 1 + 5000, &op),
+                     STORE_CLAIM_DUPLICATE);
+    ck_assert_int_eq(claim("op-1", H1, T0 + 2 + 5000, &op),
+                     STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.retry_epoch, 1);
+    ck_assert_uint_eq(op.generation, 2);
+    ck_assert_str_ne(op.event_key, EK1);
+    /* and equal TTLs */
+    store_close(g_st);
+    g_st = NULL;
+    conf.run_id = "r2";
+    conf.failed_ttl_ms = 2000;
+    ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
+    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
+    fail_acked("op-2", 1, T0 + 1);
+    ck_assert_int_eq(claim("op-2", H1, T0 + 2 + 2000, &op),
+                     STORE_CLAIM_RECLAIMED);
+    ck_assert_uint_eq(op.retry_epoch, 1);
+}
+END_TEST
+
 /* DESIGN.md section 2: retry_epoch grows only when a failed op is claimed
  * again after failed_ttl_ms; its event_key is that epoch's; the record
  * keeps both through a lease reclaim, a reopen and a completion. */
@@ -3962,6 +4001,45 @@ START_TEST(test_store_restore_same_ms_claim_record_loses_to_later_retry)
 }
 END_TEST
 
+/* The same for a release and a completion stamped before the change they
+ * replace (a clock that went back 5 ms): a release that lost to its claim
+ * record kept another instance waiting out a lease it could take at once,
+ * and a completion that lost to its claim record was fetched again. */
+START_TEST(test_store_restore_clock_back_release_and_complete_still_win)
+{
+    struct store_op claimed, got;
+    struct store_restore_counts c = {0};
+    /* op-c: its completion is kept over its claim record */
+    ck_assert_int_eq(claim("op-c", H1, T0, &claimed), STORE_CLAIM_NEW);
+    complete("op-c", 1, "v", T0 - 5);
+    restore_one("op-c", &claimed, T0 + 1, &c);
+    ck_assert_uint_eq(c.kept, 1);
+    ck_assert(get("op-c", T0 + 2, &got));
+    ck_assert_int_eq(got.state, STORE_OP_COMPLETE);
+    /* op-r: another instance restores its claim and release records in one
+     * batch, and takes it at once */
+    unsigned char vc[STORE_CHANGELOG_VALUE_MAX], vr[STORE_CHANGELOG_VALUE_MAX];
+    size_t lr = 0;
+    ck_assert_int_eq(claim("op-r", H1, T0, &claimed), STORE_CLAIM_NEW);
+    size_t lc = store_changelog_encode(&claimed, vc);
+    ck_assert_int_eq(store_op_release(g_st, "op-r", 1, T0 - 5, vr, &lr, g_err,
+                                      sizeof(g_err)),
+                     DD_OK);
+    store_close(g_st);
+    g_st = NULL;
+    nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    ck_assert_int_eq(mkdir(g_dir, 0700), 0);
+    ck_assert_int_eq(open_as("b", "r1"), DD_OK);
+    struct store_restore_rec r[2] = {{"op-r", 4, vc, lc}, {"op-r", 4, vr, lr}};
+    ck_assert_int_eq(store_restore_apply(g_st, r, 2, T0 + 10, &c, g_err,
+                                         sizeof(g_err)),
+                     DD_OK);
+    ck_assert(get("op-r", T0 + 11, &got));
+    ck_assert_str_eq(got.lease_owner, "");
+    ck_assert_int_eq(claim("op-r", H1, T0 + 12, &got), STORE_CLAIM_RECLAIMED);
+}
+END_TEST
+
 START_TEST(test_store_restore_leases_of_other_owners)
 {
     struct store_op op, rec;
@@ -4066,6 +4144,7 @@ Suite *store_suite(void)
     tcase_add_test(tc, test_store_restore_record_wins_unless_generation_lower);
     tcase_add_test(tc, test_store_restore_leases_of_other_owners);
     tcase_add_test(tc, test_store_restore_same_ms_claim_record_loses_to_later_retry);
+    tcase_add_test(tc, test_store_restore_clock_back_release_and_complete_still_win);
     tcase_add_test(tc, test_store_release_forget_and_checkpoints);
     tcase_add_test(tc, test_store_running_record_outlives_a_short_ttl);
     suite_add_tcase(s, tc);
@@ -4142,6 +4221,7 @@ Suite *store_suite(void)
                    test_store_ttl_expired_absent_before_compaction_gone_after);
     tcase_add_test(tc, test_store_ttl_filter_keeps_unexpired_and_outbox);
     tcase_add_test(tc, test_store_failed_op_uses_failed_ttl);
+    tcase_add_test(tc, test_store_failed_op_with_failed_ttl_over_ops_ttl_gets_next_epoch);
     tcase_add_test(tc, test_store_retry_epoch_grows_only_on_a_failed_reclaim);
     suite_add_tcase(s, tc);
 
