@@ -61,8 +61,11 @@ struct changelog_info {
 void changelog_topic_of(const struct cfg *cfg, char *out, size_t size);
 
 /**
- * @returns the retention.ms the changelog needs: the ops TTL + the longest
- *          job deadline (24 h) + 1 h, in ms.
+ * @returns the retention.ms the changelog needs: the longest op record life
+ *          (store_record_life_ms: the ops TTL, + store.failed_ttl_ms when
+ *          that is not shorter) + the longest job deadline (24 h) + 1 h, in
+ *          ms.  Time-based deletion must not take an op's last record while
+ *          the op lives (DESIGN.md section 6).
  */
 int64_t changelog_retention_ms(const struct cfg *cfg);
 

@@ -179,6 +179,19 @@ struct store_op {
 };
 
 /**
+ * @brief How long an op record can live after its last change, in ms: the
+ *        ops TTL, or \p failed_ttl_ms + the ops TTL when \p failed_ttl_ms
+ *        is not shorter (a failed op must still be live when it may be
+ *        claimed again at its next retry_epoch, DESIGN.md sections 2 and 4;
+ *        a complete op lives the ops TTL).  The changelog's retention and a
+ *        submit receipt's life are counted from it (changelog.h).
+ * @param ops_ttl_ms, failed_ttl_ms  The resolved TTLs (> 0; store_conf's 0
+ *        defaults already applied).
+ * @returns the life, saturating at INT64_MAX.  Pure; any thread.
+ */
+int64_t store_record_life_ms(int64_t ops_ttl_ms, int64_t failed_ttl_ms);
+
+/**
  * @brief Open (creating if needed) the store at conf->path.
  * @param out  Out: the store; close with store_close().
  * @returns DD_OK; DD_ERR_IO (rocksdb_open failed: errstr names the call, the

@@ -313,9 +313,9 @@ out:
 }
 
 /* A receipt's in-flight window and life.  The op a receipt answers for
- * lives store.ops_ttl_ms from its last state, reached at most the longest
- * job deadline after its claim: changelog_retention_ms() (+ 1 h of lag) is
- * that bound.  Failpoint of it_api_pending_409:
+ * lives store_record_life_ms() from its last state, reached at most the
+ * longest job deadline after its claim: changelog_retention_ms() (+ 1 h of
+ * lag) is that bound.  Failpoint of it_api_pending_409:
  * DEDUPD_FAILPOINT_RECEIPT_PENDING_MS shortens the window.
  * @locality the thread of api_new. */
 static void api_receipt_lives(const struct cfg *cfg, int64_t *pending_ms,

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "prefetch_kick.h"
+#include "store.h"
 
 #define ADMIN_TIMEOUT_MS 30000
 #define DESCRIBE_TIMEOUT_MS 2000
@@ -35,7 +36,9 @@ void changelog_topic_of(const struct cfg *cfg, char *out, size_t size)
 
 int64_t changelog_retention_ms(const struct cfg *cfg)
 {
-    return cfg->store_ops_ttl_ms + JOB_DEADLINE_MAX_MS + 3600000LL;
+    return store_record_life_ms(cfg->store_ops_ttl_ms,
+                                cfg->store_failed_ttl_ms) +
+           JOB_DEADLINE_MAX_MS + 3600000LL;
 }
 
 /* ---- start-up checks ------------------------------------------------------ */
@@ -148,7 +151,9 @@ static dd_err_t check_entry(const struct cfg *cfg, const char *topic,
         n < changelog_retention_ms(cfg)) {
         snprintf(errstr, errstr_size,
                  "changelog %s: retention.ms is %lld, must be at least %lld "
-                 "(store.ops_ttl_ms + the longest deadline + 1 h)", topic, n,
+                 "(the longest op record life, store.ops_ttl_ms + "
+                 "store.failed_ttl_ms when that is not shorter, + the longest "
+                 "deadline + 1 h)", topic, n,
                  (long long)changelog_retention_ms(cfg));
         return DD_ERR_INVAL;
     }

@@ -214,7 +214,8 @@ static const struct cfg_option cfg_options[] = {
      INT64_C(31536000000), "0", "ms", 0,
      "Deprecated. How long a done submit receipt is kept for Idempotency-Key "
      "replays: 0 (default) = as long as the op it answers for "
-     "(store.ops_ttl_ms + the longest job deadline, 24 h, + 1 h); a larger "
+     "(store.ops_ttl_ms, + store.failed_ttl_ms when that is not shorter, + "
+     "the longest job deadline, 24 h, + 1 h); a larger "
      "value keeps it longer; a value below store.ops_ttl_ms is refused."},
     {"api.max_body_bytes", CFG_INT, CFG_OFF(api_max_body_bytes), 256,
      INT64_C(104857600), "1048576", "bytes", 0,

@@ -190,6 +190,12 @@ static void claim_failed_again(const char *op_id, struct store_op *cur)
     cur->not_before_ms = 0;
 }
 
+int64_t store_record_life_ms(int64_t ops_ttl_ms, int64_t failed_ttl_ms)
+{
+    return failed_ttl_ms >= ops_ttl_ms ? store_add_ms(failed_ttl_ms, ops_ttl_ms)
+                                       : ops_ttl_ms;
+}
+
 /* Whether a failed op may be claimed again: its failure (updated_at, which
  * nothing changes after it: the failure's time, or 1 ms after the change
  * before it, store_op_stamp) is more than failed_ttl_ms ago, and its
@@ -744,9 +750,9 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
      * 2 and 4).  The TTL counts from now (C-28's boundary); updated_at
      * can be a few ms later (store_op_stamp), which only shortens the
      * window between failed_ttl_ms and expiry by as much. */
-    int64_t keep = s->ops_ttl_ms;
-    if (state == STORE_OP_FAILED && s->failed_ttl_ms >= keep)
-        keep = store_add_ms(s->failed_ttl_ms, s->ops_ttl_ms);
+    int64_t keep = state == STORE_OP_FAILED
+                       ? store_record_life_ms(s->ops_ttl_ms, s->failed_ttl_ms)
+                       : s->ops_ttl_ms;
     op->expires_at_ms = store_add_ms(now_ms, keep);
     unsigned char vbuf[STORE_CODEC_OP_VALUE_MAX];
     size_t vlen = store_codec_op_encode(op, vbuf, sizeof(vbuf));

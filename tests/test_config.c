@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "changelog.h"
 #include "config.h"
 
 static char g_path[64];
@@ -53,6 +54,26 @@ START_TEST(test_config_defaults_load)
     const char *env[] = {"DEDUPD_PROCESSING__GUARANTEE=exactly_once", NULL};
     ck_assert_int_eq(load(NULL, (char *const *)env, &cfg), DD_OK);
     ck_assert(cfg_exactly_once(cfg));
+    cfg_destroy(cfg);
+}
+END_TEST
+
+/* The changelog keeps an op's last record as long as the op can live: a
+ * failed op with store.failed_ttl_ms not shorter than the ops TTL lives
+ * both (store_record_life_ms); the retention counted the ops TTL alone, so
+ * time-based deletion could take a failed op's record while it lived. */
+START_TEST(test_config_changelog_retention_covers_the_longest_record_life)
+{
+    const int64_t tail = 86400000LL + 3600000LL; /* longest deadline + 1 h */
+    struct cfg *cfg = NULL;
+    ck_assert_int_eq(load(NULL, NULL, &cfg), DD_OK);
+    ck_assert_int_eq(changelog_retention_ms(cfg), 259200000LL + tail);
+    cfg_destroy(cfg);
+    const char *env[] = {"DEDUPD_STORE__OPS_TTL_MS=7200000",
+                         "DEDUPD_STORE__FAILED_TTL_MS=86400000", NULL};
+    ck_assert_int_eq(load(NULL, (char *const *)env, &cfg), DD_OK);
+    ck_assert_int_eq(changelog_retention_ms(cfg),
+                     7200000LL + 86400000LL + tail);
     cfg_destroy(cfg);
 }
 END_TEST
@@ -474,6 +495,7 @@ Suite *config_suite(void)
     tcase_add_test(tc, test_config_json_syntax_error_has_line);
     tcase_add_test(tc, test_config_missing_file);
     tcase_add_test(tc, test_config_cross_field_rules);
+    tcase_add_test(tc, test_config_changelog_retention_covers_the_longest_record_life);
     tcase_add_test(tc, test_config_cross_field_rules_first_in_order);
     tcase_add_test(tc, test_config_provider_countries_and_defaults);
     tcase_add_test(tc, test_config_providers_errors);
