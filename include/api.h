@@ -22,9 +22,10 @@
  * between accepting and acknowledging, the same payload is a new submit:
  * produced again, 202, same op_id, which the pipeline deduplicates), 422 for
  * another payload as long as the receipt lives, which is as long as the op
- * it answers for (store.ops_ttl_ms + the longest job deadline + 1 h, or
- * api.receipt_ttl_ms when larger), pending or done; 400 for a malformed key
- * (1..255 printable ASCII, no quote or backslash) or job; 503 when the
+ * it answers for (changelog_retention_ms(): the longest op record life + the
+ * longest job deadline + 1 h; or api.receipt_ttl_ms when larger), pending or
+ * done; 400 for a malformed key (1..255 printable ASCII, no quote or
+ * backslash) or job; 503 when the
  * receipt store cannot be read or the job could not be queued (the receipt
  * is then aborted, so a retry may succeed).  Error bodies are
  * `{"error": "<text>"}`.

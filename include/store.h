@@ -79,8 +79,8 @@ struct store_conf {
                                     claimed again (RECLAIMED at
                                     retry_epoch + 1); its record is kept
                                     for the ops TTL from the failure, or
-                                    for this + the ops TTL when this is
-                                    not shorter; 0 = 1 h */
+                                    for this + half the ops TTL when
+                                    longer; 0 = 1 h */
     int64_t lease_ms;          /**< lease duration; 0 = 60 s */
     size_t block_cache_bytes;  /**< 0 = 64 MiB */
     size_t max_wal_bytes;      /**< bound of the WAL files together
@@ -180,10 +180,11 @@ struct store_op {
 
 /**
  * @brief How long an op record can live after its last change, in ms: the
- *        ops TTL, or \p failed_ttl_ms + the ops TTL when \p failed_ttl_ms
- *        is not shorter (a failed op must still be live when it may be
- *        claimed again at its next retry_epoch, DESIGN.md sections 2 and 4;
- *        a complete op lives the ops TTL).  The changelog's retention and a
+ *        ops TTL, or \p failed_ttl_ms + half the ops TTL when longer (a
+ *        failed op may be claimed again at its next retry_epoch for at least
+ *        half the ops TTL after \p failed_ttl_ms, DESIGN.md sections 2 and
+ *        4; a complete op lives the ops TTL).  The defaults (72 h, 1 h) give
+ *        the ops TTL.  The changelog's retention and a
  *        submit receipt's life are counted from it (changelog.h).
  * @param ops_ttl_ms, failed_ttl_ms  The resolved TTLs (> 0; store_conf's 0
  *        defaults already applied).

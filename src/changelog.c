@@ -151,9 +151,9 @@ static dd_err_t check_entry(const struct cfg *cfg, const char *topic,
         n < changelog_retention_ms(cfg)) {
         snprintf(errstr, errstr_size,
                  "changelog %s: retention.ms is %lld, must be at least %lld "
-                 "(the longest op record life, store.ops_ttl_ms + "
-                 "store.failed_ttl_ms when that is not shorter, + the longest "
-                 "deadline + 1 h)", topic, n,
+                 "(the longest op record life, from store.ops_ttl_ms and "
+                 "store.failed_ttl_ms, + the longest deadline + 1 h): raise "
+                 "the topic's retention.ms", topic, n,
                  (long long)changelog_retention_ms(cfg));
         return DD_ERR_INVAL;
     }

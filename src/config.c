@@ -67,7 +67,8 @@ static const struct cfg_option cfg_options[] = {
      "Time a complete op is remembered (72 h)."},
     {"store.failed_ttl_ms", CFG_INT, CFG_OFF(store_failed_ttl_ms), 1000,
      INT64_C(31536000000), "3600000", "ms", 0,
-     "Time a failed op is remembered before it may be tried again (1 h)."},
+     "Delay after a failure before a job of the same op is tried again, under "
+     "its next retry_epoch (1 h)."},
     {"store.lease_ms", CFG_INT, CFG_OFF(store_lease_ms), 1000, 3600000,
      "60000", "ms", 0, "Lease of a running op; renewed while its fetch lives."},
     {"store.block_cache_bytes", CFG_INT, CFG_OFF(store_block_cache_bytes),
@@ -214,7 +215,7 @@ static const struct cfg_option cfg_options[] = {
      INT64_C(31536000000), "0", "ms", 0,
      "Deprecated. How long a done submit receipt is kept for Idempotency-Key "
      "replays: 0 (default) = as long as the op it answers for "
-     "(store.ops_ttl_ms, + store.failed_ttl_ms when that is not shorter, + "
+     "(store.ops_ttl_ms, or store.failed_ttl_ms + half of it when longer; + "
      "the longest job deadline, 24 h, + 1 h); a larger "
      "value keeps it longer; a value below store.ops_ttl_ms is refused."},
     {"api.max_body_bytes", CFG_INT, CFG_OFF(api_max_body_bytes), 256,

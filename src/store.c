@@ -192,8 +192,8 @@ static void claim_failed_again(const char *op_id, struct store_op *cur)
 
 int64_t store_record_life_ms(int64_t ops_ttl_ms, int64_t failed_ttl_ms)
 {
-    return failed_ttl_ms >= ops_ttl_ms ? store_add_ms(failed_ttl_ms, ops_ttl_ms)
-                                       : ops_ttl_ms;
+    int64_t failed = store_add_ms(failed_ttl_ms, ops_ttl_ms / 2);
+    return failed > ops_ttl_ms ? failed : ops_ttl_ms;
 }
 
 /* Whether a failed op may be claimed again: its failure (updated_at, which
@@ -742,12 +742,12 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
     op->outbox_seq = n;
     op->not_before_ms = 0;
     store_op_stamp(op, now_ms);
-    /* a failed op is kept for the ops TTL, or for failed_ttl_ms + the ops
-     * TTL when failed_ttl_ms is not shorter (else it would expire when it
-     * may be claimed again, and its next claim would start over at epoch 0,
-     * under the first failure's event_key): claimed again after
-     * failed_ttl_ms, it keeps counting its retry epochs (DESIGN.md sections
-     * 2 and 4).  The TTL counts from now (C-28's boundary); updated_at
+    /* a failed op is kept for the ops TTL, or for failed_ttl_ms + half the
+     * ops TTL when longer (store_record_life_ms: else, with failed_ttl_ms
+     * near or over the ops TTL, it would expire about when it may be
+     * claimed again, and its next claim would start over at epoch 0, under
+     * the first failure's event_key): claimed again after failed_ttl_ms, it
+     * keeps counting its retry epochs (DESIGN.md sections 2 and 4).  The TTL counts from now (C-28's boundary); updated_at
      * can be a few ms later (store_op_stamp), which only shortens the
      * window between failed_ttl_ms and expiry by as much. */
     int64_t keep = state == STORE_OP_FAILED

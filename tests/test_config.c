@@ -59,8 +59,8 @@ START_TEST(test_config_defaults_load)
 END_TEST
 
 /* The changelog keeps an op's last record as long as the op can live: a
- * failed op with store.failed_ttl_ms not shorter than the ops TTL lives
- * both (store_record_life_ms); the retention counted the ops TTL alone, so
+ * failed op lives store.failed_ttl_ms + half the ops TTL when that is longer
+ * (store_record_life_ms); the retention counted the ops TTL alone, so
  * time-based deletion could take a failed op's record while it lived. */
 START_TEST(test_config_changelog_retention_covers_the_longest_record_life)
 {
@@ -73,7 +73,7 @@ START_TEST(test_config_changelog_retention_covers_the_longest_record_life)
                          "DEDUPD_STORE__FAILED_TTL_MS=86400000", NULL};
     ck_assert_int_eq(load(NULL, (char *const *)env, &cfg), DD_OK);
     ck_assert_int_eq(changelog_retention_ms(cfg),
-                     7200000LL + 86400000LL + tail);
+                     86400000LL + 3600000LL + tail);
     cfg_destroy(cfg);
 }
 END_TEST

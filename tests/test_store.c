@@ -1148,42 +1148,43 @@ static void fail_acked(const char *op_id, uint64_t gen, int64_t now)
                      DD_OK);
 }
 
-/* store.failed_ttl_ms not shorter than the ops TTL: the failed record was
- * kept for max(ops TTL, failed_ttl_ms) and so expired in the millisecond it
- * could be claimed again; its next claim was a new op at epoch 0, under the
- * first failure's event_key, which a consumer that drops replays drops.  It
- * is kept for failed_ttl_ms + the ops TTL now. */
+/* store.failed_ttl_ms near or over the ops TTL: the failed record was kept
+ * for max(ops TTL, failed_ttl_ms) and so expired about when it could be
+ * claimed again; its next claim was a new op at epoch 0, under the first
+ * failure's event_key, which a consumer that drops replays drops.  It is
+ * kept for failed_ttl_ms + half the ops TTL when that is longer. */
 START_TEST(test_store_failed_op_with_failed_ttl_over_ops_ttl_gets_next_epoch)
 {
-    store_close(g_st);
-    g_st = NULL;
+    static const struct { int64_t failed, life; } ttl[] = {
+        {5000, 6000}, /* over the ops TTL */
+        {2000, 3000}, /* equal */
+        {1999, 2999}, /* just under: a 1 ms window before */
+        {1000, 2000}, /* half: the ops TTL, as before */
+    };
     struct store_conf conf = fixture_conf("a", "r1");
     conf.ops_ttl_ms = 2000;
-    conf.failed_ttl_ms = 5000;
-    ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
-    struct store_op op;
-    ck_assert_int_eq(claim("op-1", H1, T0, &op), STORE_CLAIM_NEW);
-    fail_acked("op-1", 1, T0 + 1);
-    ck_assert(get("op-1", T0 + 2, &op));
-    ck_assert_int_eq(op.expires_at_ms, T0 + 1 + 5000 + 2000);
-    ck_assert_int_eq(claim("op-1", H1, T0 + 1 + 5000, &op),
-                     STORE_CLAIM_DUPLICATE);
-    ck_assert_int_eq(claim("op-1", H1, T0 + 2 + 5000, &op),
-                     STORE_CLAIM_RECLAIMED);
-    ck_assert_uint_eq(op.retry_epoch, 1);
-    ck_assert_uint_eq(op.generation, 2);
-    ck_assert_str_ne(op.event_key, EK1);
-    /* and equal TTLs */
-    store_close(g_st);
-    g_st = NULL;
-    conf.run_id = "r2";
-    conf.failed_ttl_ms = 2000;
-    ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
-    ck_assert_int_eq(claim("op-2", H1, T0, &op), STORE_CLAIM_NEW);
-    fail_acked("op-2", 1, T0 + 1);
-    ck_assert_int_eq(claim("op-2", H1, T0 + 2 + 2000, &op),
-                     STORE_CLAIM_RECLAIMED);
-    ck_assert_uint_eq(op.retry_epoch, 1);
+    for (size_t i = 0; i < sizeof(ttl) / sizeof(ttl[0]); i++) {
+        store_close(g_st);
+        g_st = NULL;
+        conf.failed_ttl_ms = ttl[i].failed;
+        ck_assert_int_eq(store_open(&conf, &g_st, g_err, sizeof(g_err)), DD_OK);
+        ck_assert_int_eq(store_record_life_ms(2000, ttl[i].failed),
+                         ttl[i].life);
+        char id[16];
+        snprintf(id, sizeof(id), "op-%zu", i);
+        struct store_op op;
+        ck_assert_int_eq(claim(id, H1, T0, &op), STORE_CLAIM_NEW);
+        fail_acked(id, 1, T0); /* in the claim's ms: stamped T0 + 1 */
+        ck_assert(get(id, T0 + 2, &op));
+        ck_assert_int_eq(op.expires_at_ms, T0 + ttl[i].life);
+        ck_assert_int_eq(claim(id, H1, T0 + 1 + ttl[i].failed, &op),
+                         STORE_CLAIM_DUPLICATE);
+        ck_assert_int_eq(claim(id, H1, T0 + 2 + ttl[i].failed, &op),
+                         STORE_CLAIM_RECLAIMED);
+        ck_assert_uint_eq(op.retry_epoch, 1);
+        ck_assert_uint_eq(op.generation, 2);
+        ck_assert_str_ne(op.event_key, EK1);
+    }
 }
 END_TEST
 
