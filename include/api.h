@@ -25,9 +25,9 @@
  * it answers for (changelog_retention_ms(): the longest op record life + the
  * longest job deadline + 1 h; or api.receipt_ttl_ms when larger), pending or
  * done; 400 for a malformed key (1..255 printable ASCII, no quote or
- * backslash) or job; 503 when the
- * receipt store cannot be read or the job could not be queued (the receipt
- * is then aborted, so a retry may succeed).  Error bodies are
+ * backslash) or job; 503 when the receipt store cannot be read or the job
+ * could not be queued (the receipt is then aborted, so a retry may
+ * succeed).  Error bodies are
  * `{"error": "<text>"}`.
  *
  * `GET /v1/ops/{op_id}`: the op record as result_op_encode(RESULT_OP_LIVE)

@@ -64,8 +64,9 @@ void changelog_topic_of(const struct cfg *cfg, char *out, size_t size);
  * @returns the retention.ms the changelog needs: the longest op record life
  *          (store_record_life_ms: the ops TTL, or store.failed_ttl_ms + half
  *          the ops TTL when longer) + the longest job deadline (24 h) + 1 h,
- *          in ms (no overflow: each TTL is at most a year, config.c).  Time-based deletion must not take an op's last record while
- *          the op lives (DESIGN.md section 6).
+ *          in ms (no overflow: each TTL is at most a year, config.c).
+ *          Time-based deletion must not take an op's last record while the
+ *          op lives (DESIGN.md section 6).
  */
 int64_t changelog_retention_ms(const struct cfg *cfg);
 

@@ -184,8 +184,8 @@ struct store_op {
  *        failed op may be claimed again at its next retry_epoch for at least
  *        half the ops TTL after \p failed_ttl_ms, DESIGN.md sections 2 and
  *        4; a complete op lives the ops TTL).  The defaults (72 h, 1 h) give
- *        the ops TTL.  The changelog's retention and a
- *        submit receipt's life are counted from it (changelog.h).
+ *        the ops TTL.  The changelog's retention and a submit receipt's
+ *        life are counted from it (changelog.h).
  * @param ops_ttl_ms, failed_ttl_ms  The resolved TTLs (> 0; store_conf's 0
  *        defaults already applied).
  * @returns the life, saturating at INT64_MAX.  Pure; any thread.

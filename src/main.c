@@ -729,16 +729,15 @@ static struct store *open_store_for_cli(const struct cfg *cfg, int *rc)
     }
     *rc = EXIT_RUNTIME;
     snprintf(run_id, sizeof(run_id), "cli%lld", (long long)dd_now_ms());
-    struct store_conf sc = {.path = cfg->store_path,
-                            .instance = cfg->instance_id,
-                            .run_id = run_id,
-                            .ops_ttl_ms = cfg->store_ops_ttl_ms,
-                            .failed_ttl_ms = cfg->store_failed_ttl_ms,
-                            .lease_ms = cfg->store_lease_ms,
-                            .block_cache_bytes = 8 << 20,
-                            .max_wal_bytes =
-                                (size_t)cfg->store_max_wal_bytes,
-                            .sync = true};
+    /* run's settings (TTLs, WAL bound, validators, bodies), with a small
+     * cache and index for one command, and each write fsync'd before the
+     * command answers */
+    struct store_conf sc;
+    consumer_store_conf(cfg, cfg->store_path, run_id, &sc);
+    sc.block_cache_bytes = 8 << 20;
+    sc.index_max_bytes = 0;
+    sc.sync = true;
+    sc.group_commit = false;
     struct store *st = NULL;
     if (store_open(&sc, &st, e, sizeof(e))) {
         fprintf(stderr, "dedupd: %s\n", e);

@@ -747,9 +747,10 @@ static dd_err_t complete_stage(struct store *s, const char *fn,
      * near or over the ops TTL, it would expire about when it may be
      * claimed again, and its next claim would start over at epoch 0, under
      * the first failure's event_key): claimed again after failed_ttl_ms, it
-     * keeps counting its retry epochs (DESIGN.md sections 2 and 4).  The TTL counts from now (C-28's boundary); updated_at
-     * can be a few ms later (store_op_stamp), which only shortens the
-     * window between failed_ttl_ms and expiry by as much. */
+     * keeps counting its retry epochs (DESIGN.md sections 2 and 4).  The
+     * TTL counts from now (C-28's boundary); updated_at can be a few ms
+     * later (store_op_stamp), which only shortens the window between
+     * failed_ttl_ms and expiry by as much. */
     int64_t keep = state == STORE_OP_FAILED
                        ? store_record_life_ms(s->ops_ttl_ms, s->failed_ttl_ms)
                        : s->ops_ttl_ms;
